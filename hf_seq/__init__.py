@@ -1,0 +1,17 @@
+"""hf-seq: the lineage of sequence models, from Elman's RNN to GPT, as Hugging Face transformers models."""
+
+from .models.configuration_gpt import GPTConfig
+from .models.modeling_gpt import GPTForCausalLM, GPTForSequenceClassification, GPTModel
+from .registry import FAMILIES, register
+
+register()
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FAMILIES",
+    "GPTConfig",
+    "GPTForCausalLM",
+    "GPTForSequenceClassification",
+    "GPTModel",
+]

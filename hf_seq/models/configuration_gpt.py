@@ -1,0 +1,92 @@
+"""Configuration of the GPT family: a decoder-only Transformer language model (Radford et al. 2018, 2019)."""
+
+from transformers import PreTrainedConfig
+
+from .config_utils import (
+    check_choice,
+    check_positive,
+    check_probability,
+    fill_auto_map,
+    reject_misspelled_options,
+)
+from .layers import ACTIVATIONS, NORM_TYPES
+
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rope", "alibi")
+NORM_POSITIONS = ("pre", "post")
+
+
+class GPTConfig(PreTrainedConfig):
+    """A decoder-only Transformer. The defaults are GPT-2 small's shape with GPT-2's choices (learned positions,
+    pre-LN, tanh-approximated GELU, tied embeddings); each component can be swapped:
+
+    - `position_embedding_type`: `learned` (GPT-2), `sinusoidal` (Vaswani et al. 2017), `rope` (RoFormer),
+      `alibi` (Press et al. 2022). `learned` and `sinusoidal` stop at `max_position_embeddings` tokens.
+    - `norm_type`: `layernorm` or `rmsnorm`; `norm_position`: `pre` (GPT-2: x + f(LN(x)), a final LN after the
+      last block) or `post` (the 2017 original: LN(x + f(x)), no final LN).
+    - `hidden_act`: `gelu`, `gelu_new` (tanh approximation, GPT-2), `relu` (2017), `swiglu` (Shazeer 2020).
+    - `intermediate_size` defaults to 4 * hidden_size.
+    """
+
+    model_type = "hf_seq_gpt"
+    attribute_map = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"}
+
+    vocab_size: int = 50257
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int | None = None
+    max_position_embeddings: int = 1024
+    position_embedding_type: str = "learned"
+    rope_theta: float = 10000.0
+    norm_type: str = "layernorm"
+    norm_position: str = "pre"
+    layer_norm_eps: float = 1e-5
+    hidden_act: str = "gelu_new"
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    embedding_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    hidden_dropout: float = 0.1
+    classifier_dropout: float | None = None
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    is_causal: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = 50256
+    eos_token_id: int | list[int] | None = 50256
+
+    def __post_init__(self, **kwargs):
+        reject_misspelled_options(self, kwargs)
+        check_positive(
+            self,
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "max_position_embeddings",
+        )
+        check_choice(self, "position_embedding_type", POSITION_EMBEDDING_TYPES)
+        check_choice(self, "norm_type", NORM_TYPES)
+        check_choice(self, "norm_position", NORM_POSITIONS)
+        check_choice(self, "hidden_act", ACTIVATIONS)
+        check_probability(
+            self, "embedding_dropout", "attention_dropout", "hidden_dropout", "classifier_dropout"
+        )
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"GPTConfig: hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})."
+            )
+        if self.position_embedding_type == "rope" and (self.hidden_size // self.num_attention_heads) % 2:
+            raise ValueError(
+                "GPTConfig: position_embedding_type='rope' needs an even head size (hidden_size / heads)."
+            )
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        check_positive(self, "intermediate_size")
+        super().__post_init__(**kwargs)
+        fill_auto_map(self)
+
+
+__all__ = ["GPTConfig"]

@@ -1,0 +1,288 @@
+"""GPT: a decoder-only Transformer language model (Radford et al. 2018, 2019), built from the shared layers.
+
+h_0 = E[x] (+ P[positions])
+h_l = h_{l-1} + Attn(LN(h_{l-1}));  h_l = h_l + FFN(LN(h_l))      (pre-LN, GPT-2; post-LN: LN(h + f(h)))
+p(x_{t+1} | x_{<=t}) = softmax(LN(h_L) E^T)                           (tied input/output embeddings)
+"""
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    SequenceClassifierOutputWithPast,
+)
+from transformers.utils import can_return_tuple
+
+from .attention import MultiHeadAttention
+from .configuration_gpt import GPTConfig
+from .layers import FeedForward, make_norm
+from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
+from .utils import check_attention_mask, last_token_indices, positions_from_attention_mask
+
+
+class GPTBlock(GradientCheckpointingLayer):
+    def __init__(self, config: GPTConfig, layer_idx: int):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.input_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True)
+        self.post_attention_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
+        self.mlp = FeedForward(
+            config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias
+        )
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
+        x = hidden_states
+        if self.pre_norm:
+            attn, weights = self.self_attn(self.input_layernorm(x), attention_mask, past_key_values, **kwargs)
+            x = x + self.dropout(attn)
+            x = x + self.dropout(self.mlp(self.post_attention_layernorm(x)))
+        else:
+            attn, weights = self.self_attn(x, attention_mask, past_key_values, **kwargs)
+            x = self.input_layernorm(x + self.dropout(attn))
+            x = self.post_attention_layernorm(x + self.dropout(self.mlp(x)))
+        return x, weights
+
+
+class GPTPreTrainedModel(PreTrainedModel):
+    config_class = GPTConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["GPTBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+
+    def _init_weights(self, module):
+        super()._init_weights(module)  # normal(0, initializer_range) linears and embeddings, unit norms
+        if isinstance(module, (SinusoidalPositionalEmbedding, RotaryEmbedding, ALiBi)):
+            module.reset_buffers()
+
+
+class GPTModel(GPTPreTrainedModel):
+    """The stack of decoder blocks; returns the final hidden states (B, T, C) and the KV cache."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        kind = config.position_embedding_type
+        self.embed_positions = None
+        self.rotary_emb = self.alibi = None
+        if kind == "learned":
+            self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        elif kind == "sinusoidal":
+            self.embed_positions = SinusoidalPositionalEmbedding(
+                config.max_position_embeddings, config.hidden_size
+            )
+        elif kind == "rope":
+            self.rotary_emb = RotaryEmbedding(
+                config.hidden_size // config.num_attention_heads, config.rope_theta
+            )
+        else:
+            self.alibi = ALiBi(config.num_attention_heads)
+        self.dropout = nn.Dropout(config.embedding_dropout)
+        self.layers = nn.ModuleList(GPTBlock(config, i) for i in range(config.num_hidden_layers))
+        # Pre-LN leaves the residual stream unnormalised, so a final LN precedes the head; post-LN ends normalised.
+        pre = config.norm_position == "pre"
+        self.norm = (
+            make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps) if pre else nn.Identity()
+        )
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        config = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("GPTModel: pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch_size, seq_len = inputs_embeds.shape[:2]
+        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=config)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        total_length = past_length + seq_len
+        check_attention_mask(attention_mask, batch_size, total_length)
+        if self.embed_positions is not None and total_length > config.max_position_embeddings:
+            raise ValueError(
+                f"GPTModel: {total_length} positions (cache {past_length} + input {seq_len}) exceed "
+                f"max_position_embeddings={config.max_position_embeddings} of {config.position_embedding_type} "
+                "position embeddings; truncate the input or use a model with a longer context."
+            )
+        if position_ids is None:
+            position_ids = positions_from_attention_mask(
+                attention_mask, past_length, seq_len, inputs_embeds.device
+            )
+
+        hidden_states = inputs_embeds
+        if self.embed_positions is not None:
+            hidden_states = hidden_states + self.embed_positions(position_ids).to(hidden_states.dtype)
+        hidden_states = self.dropout(hidden_states)
+        if self.rotary_emb is not None:
+            kwargs["position_embeddings"] = self.rotary_emb(position_ids, hidden_states.dtype)
+        if self.alibi is not None:
+            kwargs["position_bias"] = self.alibi(seq_len, total_length, hidden_states.device).to(
+                hidden_states.dtype
+            )
+        mask = create_causal_mask(
+            config=config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
+
+        output_hidden_states = (
+            config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        all_hidden_states = [] if output_hidden_states else None
+        all_attentions = [] if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states.append(hidden_states)
+            hidden_states, weights = layer(
+                hidden_states, attention_mask=mask, past_key_values=past_key_values, **kwargs
+            )
+            if output_attentions:
+                all_attentions.append(weights)
+        hidden_states = self.norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states.append(hidden_states)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            attentions=tuple(all_attentions) if output_attentions else None,
+        )
+
+
+class GPTForCausalLM(GPTPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.model = GPTModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
+        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, keep, :])
+        loss = None
+        if labels is not None:
+            # transformers' causal LM loss: shifts labels (or takes `shift_labels`), ignores -100, and sums over
+            # `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch.
+            loss = self.loss_function(
+                logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs
+            )
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class GPTForSequenceClassification(GPTPreTrainedModel):
+    """Classifies a sequence from the hidden state of its last real token (the only one that has seen them all)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = GPTModel(config)
+        dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutputWithPast:
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        last = last_token_indices(input_ids, attention_mask, self.config.pad_token_id, hidden_states.shape[0])
+        pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+        logits = self.score(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutputWithPast(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+__all__ = ["GPTPreTrainedModel", "GPTModel", "GPTForCausalLM", "GPTForSequenceClassification"]
