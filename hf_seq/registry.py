@@ -20,9 +20,7 @@ class Family:
         return getattr(importlib.import_module(f"hf_seq.models.configuration_{self.name}"), self.config)
 
     def model_class(self, auto_class: str):
-        return getattr(
-            importlib.import_module(f"hf_seq.models.modeling_{self.name}"), self.models[auto_class]
-        )
+        return getattr(importlib.import_module(f"hf_seq.models.modeling_{self.name}"), self.models[auto_class])
 
     @property
     def auto_map(self) -> dict[str, str]:

@@ -10,9 +10,7 @@ def check_choice(config, name: str, allowed: Iterable[str]) -> None:
     value = getattr(config, name)
     allowed = list(allowed)
     if value not in allowed:
-        raise ValueError(
-            f"{type(config).__name__}: {name}={value!r} is not supported; allowed values: {allowed}."
-        )
+        raise ValueError(f"{type(config).__name__}: {name}={value!r} is not supported; allowed values: {allowed}.")
 
 
 def check_positive(config, *names: str) -> None:

@@ -70,18 +70,14 @@ class GPTConfig(PreTrainedConfig):
         check_choice(self, "norm_type", NORM_TYPES)
         check_choice(self, "norm_position", NORM_POSITIONS)
         check_choice(self, "hidden_act", ACTIVATIONS)
-        check_probability(
-            self, "embedding_dropout", "attention_dropout", "hidden_dropout", "classifier_dropout"
-        )
+        check_probability(self, "embedding_dropout", "attention_dropout", "hidden_dropout", "classifier_dropout")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"GPTConfig: hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads})."
             )
         if self.position_embedding_type == "rope" and (self.hidden_size // self.num_attention_heads) % 2:
-            raise ValueError(
-                "GPTConfig: position_embedding_type='rope' needs an even head size (hidden_size / heads)."
-            )
+            raise ValueError("GPTConfig: position_embedding_type='rope' needs an even head size (hidden_size / heads).")
         if self.intermediate_size is None:
             self.intermediate_size = 4 * self.hidden_size
         check_positive(self, "intermediate_size")

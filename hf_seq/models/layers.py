@@ -33,14 +33,10 @@ class FeedForward(nn.Module):
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation {activation!r} is not supported; allowed values: {list(ACTIVATIONS)}."
-            )
+            raise ValueError(f"activation {activation!r} is not supported; allowed values: {list(ACTIVATIONS)}.")
         self.activation = activation
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.gate_proj = (
-            nn.Linear(hidden_size, intermediate_size, bias=bias) if activation == "swiglu" else None
-        )
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias) if activation == "swiglu" else None
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.dropout = nn.Dropout(dropout)
 

@@ -32,9 +32,7 @@ class GPTBlock(GradientCheckpointingLayer):
         self.input_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
         self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True)
         self.post_attention_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
-        self.mlp = FeedForward(
-            config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias
-        )
+        self.mlp = FeedForward(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
@@ -80,22 +78,16 @@ class GPTModel(GPTPreTrainedModel):
         if kind == "learned":
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         elif kind == "sinusoidal":
-            self.embed_positions = SinusoidalPositionalEmbedding(
-                config.max_position_embeddings, config.hidden_size
-            )
+            self.embed_positions = SinusoidalPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
         elif kind == "rope":
-            self.rotary_emb = RotaryEmbedding(
-                config.hidden_size // config.num_attention_heads, config.rope_theta
-            )
+            self.rotary_emb = RotaryEmbedding(config.hidden_size // config.num_attention_heads, config.rope_theta)
         else:
             self.alibi = ALiBi(config.num_attention_heads)
         self.dropout = nn.Dropout(config.embedding_dropout)
         self.layers = nn.ModuleList(GPTBlock(config, i) for i in range(config.num_hidden_layers))
         # Pre-LN leaves the residual stream unnormalised, so a final LN precedes the head; post-LN ends normalised.
         pre = config.norm_position == "pre"
-        self.norm = (
-            make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps) if pre else nn.Identity()
-        )
+        self.norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps) if pre else nn.Identity()
         self.post_init()
 
     def get_input_embeddings(self):
@@ -136,9 +128,7 @@ class GPTModel(GPTPreTrainedModel):
                 "position embeddings; truncate the input or use a model with a longer context."
             )
         if position_ids is None:
-            position_ids = positions_from_attention_mask(
-                attention_mask, past_length, seq_len, inputs_embeds.device
-            )
+            position_ids = positions_from_attention_mask(attention_mask, past_length, seq_len, inputs_embeds.device)
 
         hidden_states = inputs_embeds
         if self.embed_positions is not None:
@@ -147,9 +137,7 @@ class GPTModel(GPTPreTrainedModel):
         if self.rotary_emb is not None:
             kwargs["position_embeddings"] = self.rotary_emb(position_ids, hidden_states.dtype)
         if self.alibi is not None:
-            kwargs["position_bias"] = self.alibi(seq_len, total_length, hidden_states.device).to(
-                hidden_states.dtype
-            )
+            kwargs["position_bias"] = self.alibi(seq_len, total_length, hidden_states.device).to(hidden_states.dtype)
         mask = create_causal_mask(
             config=config,
             inputs_embeds=hidden_states,
@@ -158,9 +146,7 @@ class GPTModel(GPTPreTrainedModel):
             position_ids=position_ids,
         )
 
-        output_hidden_states = (
-            config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         all_hidden_states = [] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
@@ -229,9 +215,7 @@ class GPTForCausalLM(GPTPreTrainedModel, GenerationMixin):
         if labels is not None:
             # transformers' causal LM loss: shifts labels (or takes `shift_labels`), ignores -100, and sums over
             # `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch.
-            loss = self.loss_function(
-                logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs
-            )
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -248,9 +232,7 @@ class GPTForSequenceClassification(GPTPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.model = GPTModel(config)
-        dropout = (
-            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
-        )
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
         self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
         self.post_init()

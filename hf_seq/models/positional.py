@@ -28,9 +28,7 @@ class SinusoidalPositionalEmbedding(nn.Module):
         half = self.embedding_dim // 2
         position = torch.arange(self.num_positions, dtype=torch.float64)[:, None]
         inv_freq = torch.exp(
-            -math.log(10000.0)
-            * torch.arange(0, self.embedding_dim, 2, dtype=torch.float64)
-            / self.embedding_dim
+            -math.log(10000.0) * torch.arange(0, self.embedding_dim, 2, dtype=torch.float64) / self.embedding_dim
         )
         angles = position * inv_freq[None, :]  # (P, ceil(d/2))
         table = torch.zeros(self.num_positions, self.embedding_dim, dtype=torch.float64)
@@ -63,9 +61,7 @@ class RotaryEmbedding(nn.Module):
         exponent = torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim
         self.inv_freq = (1.0 / self.theta**exponent).to(self.inv_freq.device)
 
-    def forward(
-        self, position_ids: torch.LongTensor, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, position_ids: torch.LongTensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         angles = position_ids[..., None].float() * self.inv_freq  # (B, T, D/2)
         angles = torch.cat((angles, angles), dim=-1)  # (B, T, D)
         return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -101,9 +97,7 @@ class ALiBi(nn.Module):
     def reset_buffers(self) -> None:
         self.slopes = self.compute_slopes(self.num_heads).to(self.slopes.device)
 
-    def forward(
-        self, query_length: int, key_length: int, device: torch.device, causal: bool = True
-    ) -> torch.Tensor:
+    def forward(self, query_length: int, key_length: int, device: torch.device, causal: bool = True) -> torch.Tensor:
         """The additive score bias, (1, H, T, S). Queries are the last `query_length` of the `key_length` positions
         (a cache holds the earlier ones). Distances are counted in slots, pads included: pads sit only before the real
         tokens of a left-padded row, so the distance between two real tokens is unchanged."""
