@@ -137,7 +137,9 @@ class GPTModel(GPTPreTrainedModel):
         if self.rotary_emb is not None:
             kwargs["position_embeddings"] = self.rotary_emb(position_ids, hidden_states.dtype)
         if self.alibi is not None:
-            kwargs["position_bias"] = self.alibi(seq_len, total_length, hidden_states.device).to(hidden_states.dtype)
+            key_length = past_key_values.get_mask_sizes(seq_len, 0)[0] if past_key_values is not None else seq_len
+            bias = self.alibi(past_length, seq_len, key_length, hidden_states.device)
+            kwargs["position_bias"] = bias.to(hidden_states.dtype)
         mask = create_causal_mask(
             config=config,
             inputs_embeds=hidden_states,

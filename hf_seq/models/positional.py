@@ -97,11 +97,14 @@ class ALiBi(nn.Module):
     def reset_buffers(self) -> None:
         self.slopes = self.compute_slopes(self.num_heads).to(self.slopes.device)
 
-    def forward(self, query_length: int, key_length: int, device: torch.device, causal: bool = True) -> torch.Tensor:
-        """The additive score bias, (1, H, T, S). Queries are the last `query_length` of the `key_length` positions
-        (a cache holds the earlier ones). Distances are counted in slots, pads included: pads sit only before the real
-        tokens of a left-padded row, so the distance between two real tokens is unchanged."""
-        query_pos = torch.arange(key_length - query_length, key_length, device=device)[:, None]
+    def forward(
+        self, query_start: int, query_length: int, key_length: int, device, causal: bool = True
+    ) -> torch.Tensor:
+        """The additive score bias, (1, H, T, S), for queries in slots query_start ... query_start + T - 1 and keys in
+        slots 0 ... S - 1 (S can exceed the filled length with a static cache; those slots are masked). Distances are
+        counted in slots, pads included: pads only precede a left-padded row's real tokens, so the distance between
+        two real tokens is unchanged."""
+        query_pos = torch.arange(query_start, query_start + query_length, device=device)[:, None]
         key_pos = torch.arange(key_length, device=device)[None, :]
         distance = (key_pos - query_pos).float()  # <= 0 on the causal side
         if not causal:

@@ -4,8 +4,9 @@ import torch
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
-    """The mask is (batch, past + new tokens) with 1 on real tokens and 0 on padding, as tokenizers return it."""
-    if attention_mask is None:
+    """The mask is (batch, past + new tokens) with 1 on real tokens and 0 on padding, as tokenizers return it.
+    A 4D mask is taken as already prepared (transformers' convention, e.g. generate with a static cache)."""
+    if attention_mask is None or attention_mask.dim() == 4:
         return
     if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch_size, total_length):
         raise ValueError(

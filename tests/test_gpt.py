@@ -1,0 +1,136 @@
+import pytest
+import torch
+
+from hf_seq import GPTConfig, GPTForCausalLM
+from tests.tester import ModelTesterMixin
+
+
+class TestGPT(ModelTesterMixin):
+    family = "hf_seq_gpt"
+    config_kwargs = dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=32
+    )
+    no_dropout = dict(embedding_dropout=0.0, attention_dropout=0.0, hidden_dropout=0.0)
+    supports_static_cache = True
+
+
+class TestGPTRoPE(TestGPT):
+    config_overrides = dict(position_embedding_type="rope", norm_type="rmsnorm", hidden_act="swiglu")
+    has_position_limit = False
+    expensive_checks = False
+
+
+class TestGPTALiBi(TestGPT):
+    config_overrides = dict(position_embedding_type="alibi")
+    has_position_limit = False
+    expensive_checks = False
+
+
+class TestGPTPostLNSinusoidal(TestGPT):
+    """The 2017 original: post-LN, sinusoidal positions, ReLU, untied output projection."""
+
+    config_overrides = dict(
+        position_embedding_type="sinusoidal", norm_position="post", hidden_act="relu", tie_word_embeddings=False
+    )
+    expensive_checks = False
+
+
+class TestGPTEager(TestGPT):
+    config_overrides = dict(attn_implementation="eager", position_embedding_type="alibi")
+    has_position_limit = False
+    expensive_checks = False
+
+
+TINY = TestGPT.config_kwargs
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("position_embedding_type", "absolute"),
+        ("norm_type", "batchnorm"),
+        ("norm_position", "middle"),
+        ("hidden_act", "tanh"),
+    ],
+)
+def test_config_rejects_unknown_values_listing_the_allowed_ones(option, value):
+    with pytest.raises(ValueError, match=rf"{option}='{value}' is not supported; allowed values: \["):
+        GPTConfig(**TINY, **{option: value})
+
+
+def test_config_rejects_inconsistent_shapes():
+    with pytest.raises(ValueError, match="divisible"):
+        GPTConfig(**dict(TINY, num_attention_heads=5))
+    with pytest.raises(ValueError, match="positive integer"):
+        GPTConfig(**dict(TINY, num_hidden_layers=0))
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        GPTConfig(**TINY, hidden_dropout=1.5)
+
+
+def test_attention_kernels_agree():
+    ids = torch.randint(3, 99, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    for kind in ("learned", "rope", "alibi"):
+        torch.manual_seed(0)
+        model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY, position_embedding_type=kind)).eval()
+        outputs = {}
+        for impl in ("eager", "sdpa"):
+            model.set_attn_implementation(impl)
+            with torch.no_grad():
+                outputs[impl] = model(ids, attention_mask=mask).logits
+        real = mask.bool()  # what a pad position outputs is not defined
+        torch.testing.assert_close(outputs["eager"][real], outputs["sdpa"][real], rtol=1e-4, atol=1e-5, msg=kind)
+
+
+def test_logits_to_keep_and_hidden_states():
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
+    ids = torch.randint(3, 99, (2, 6))
+    with torch.no_grad():
+        full = model(ids, output_hidden_states=True, output_attentions=False)
+        last = model(ids, logits_to_keep=2).logits
+    assert last.shape == (2, 2, 99)
+    torch.testing.assert_close(last, full.logits[:, -2:])
+    assert len(full.hidden_states) == TINY["num_hidden_layers"] + 1
+    assert model(ids, return_dict=False)[0].shape == (2, 6, 99)
+
+
+def test_shift_labels_are_honoured():
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
+    ids = torch.randint(3, 99, (2, 6))
+    shifted = torch.cat([ids[:, 1:], torch.full((2, 1), -100)], 1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, labels=ids).loss, model(ids, shift_labels=shifted, labels=ids).loss)
+        by_hand = torch.nn.functional.cross_entropy(model(ids).logits[:, :-1].reshape(-1, 99), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(model(ids, labels=ids).loss, by_hand)
+
+
+def test_batched_classification_without_mask_or_pad_token_is_refused():
+    from hf_seq import GPTForSequenceClassification
+
+    model = GPTForSequenceClassification(GPTConfig(vocab_size=99, **TINY, pad_token_id=None)).eval()
+    ids = torch.randint(3, 99, (2, 5))
+    with pytest.raises(ValueError, match="pad"):
+        model(ids)
+    assert model(ids, attention_mask=torch.ones_like(ids)).logits.shape == (2, 2)
+
+
+def test_bf16_forward_and_generate():
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval().to(torch.bfloat16)
+    ids = torch.randint(3, 99, (1, 5))
+    out = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert out.shape == (1, 9)
+    assert model(ids).logits.dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager():
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
+    ids = torch.randint(3, 99, (2, 8))
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
