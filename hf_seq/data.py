@@ -1,0 +1,86 @@
+"""Corpora and data preparation.
+
+Embedded defaults need no network: the CPython standard library sources (present wherever Python is) for language
+modelling. Anything else comes through `datasets`: a Hub dataset name or local text/JSON/CSV files.
+"""
+
+import sysconfig
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import datasets
+
+STDLIB = "stdlib"
+
+
+def stdlib_files() -> list[Path]:
+    """The standard library's own .py files (tests and vendored packages left out), in a fixed order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(
+        p
+        for p in root.rglob("*.py")
+        if not {"test", "tests", "idle_test", "site-packages", "dist-packages"} & set(p.relative_to(root).parts)
+    )
+    if not files:
+        raise FileNotFoundError(
+            f"No Python standard library sources found under {root}: this Python ships without them. Install the "
+            "full Python (e.g. the python3 package, not a stripped runtime) or pass --dataset with a Hub name or files."
+        )
+    return files
+
+
+def stdlib_texts(max_files: int | None = None, max_chars: int | None = None) -> list[str]:
+    """Source files as texts, up to `max_files` files and `max_chars` characters in all."""
+    texts, total = [], 0
+    for path in stdlib_files()[:max_files]:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if max_chars is not None and total + len(text) > max_chars:
+            text = text[: max_chars - total]
+        if text:
+            texts.append(text)
+            total += len(text)
+        if max_chars is not None and total >= max_chars:
+            break
+    return texts
+
+
+def load_text_dataset(source: str | None = STDLIB, split: str = "train", text_column: str = "text", **kwargs):
+    """A `datasets.Dataset` with a `text_column` column: `stdlib` (the default), local files (.txt/.json/.jsonl/.csv,
+    a path or a list of paths), or a dataset name on the Hub (`name` or `name:config`)."""
+    if source in (None, STDLIB):
+        return datasets.Dataset.from_dict({text_column: stdlib_texts(**kwargs)})
+    paths = [Path(p) for p in ([source] if isinstance(source, str | Path) else source)]
+    if all(p.suffix in {".txt", ".json", ".jsonl", ".csv"} for p in paths):
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise FileNotFoundError(f"data file(s) not found: {missing}")
+        builder = {".txt": "text", ".json": "json", ".jsonl": "json", ".csv": "csv"}[paths[0].suffix]
+        dataset = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+    else:
+        name, _, config = str(source).partition(":")
+        dataset = datasets.load_dataset(name, config or None, split=split)
+    if text_column not in dataset.column_names:
+        raise ValueError(f"dataset {source!r} has no column {text_column!r}; columns: {dataset.column_names}")
+    return dataset
+
+
+def pack_token_ids(documents: Iterable[list[int]], block_size: int, separator: int | None) -> Iterator[list[int]]:
+    """Concatenate tokenized documents (separated by `separator`, e.g. EOS) and cut the stream into blocks of
+    exactly `block_size` tokens; the tail shorter than a block is dropped."""
+    buffer: list[int] = []
+    for ids in documents:
+        buffer.extend(ids)
+        if separator is not None:
+            buffer.append(separator)
+        while len(buffer) >= block_size:
+            yield buffer[:block_size]
+            buffer = buffer[block_size:]
+
+
+def packed_lm_dataset(texts: Iterable[str], tokenizer, block_size: int) -> datasets.Dataset:
+    """Causal-LM training blocks: {'input_ids': [...], 'labels': [...]} with no padding anywhere."""
+    documents = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts)
+    blocks = list(pack_token_ids(documents, block_size, tokenizer.eos_token_id))
+    if not blocks:
+        raise ValueError(f"the corpus holds fewer than block_size={block_size} tokens; use more text or smaller blocks")
+    return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
