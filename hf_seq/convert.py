@@ -1,0 +1,270 @@
+"""Weights to and from the `transformers` reference classes, where the architectures agree, with identical outputs.
+
+    ours = from_transformers(GPT2LMHeadModel.from_pretrained("gpt2"))    # -> GPTForCausalLM
+    reference = to_transformers(ours)                                     # -> GPT2LMHeadModel
+
+Each supported pair is one `Conversion` in `CONVERSIONS`, keyed by the reference class. A conversion is two config
+functions (each rejects, naming it, any option the other side cannot represent) and a list of weight `Rule`s; the
+rules are read in both directions, so a pair is described once. To add a pair (e.g. `BertForMaskedLM` <->
+`BERTForMaskedLM`, `MarianMTModel` <-> `TransformerForConditionalGeneration`), write its two config functions and
+its rules, and add an entry with `register_conversion`. Reference models that store q, k and v separately map onto
+our fused projections with the `"concat"` rule (a fused K/V of cross-attention likewise).
+"""
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import transformers
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from .models.configuration_gpt import GPTConfig
+from .models.modeling_gpt import GPTForCausalLM, GPTModel
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One of our tensors and the reference tensor(s) it is made of.
+
+    kind: `"copy"`; `"transpose"` (GPT-2's Conv1D stores (in, out), nn.Linear (out, in)); `"concat"` (ours is the
+    reference tensors stacked along dim 0 in the order given, e.g. separate q, k, v into one qkv projection; read
+    back, ours is split into equal parts)."""
+
+    ours: str
+    reference: tuple[str, ...]
+    kind: str = "copy"
+
+    def to_ours(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        if self.kind == "concat":
+            return torch.cat(tensors, dim=0)
+        (tensor,) = tensors
+        return tensor.t() if self.kind == "transpose" else tensor
+
+    def to_reference(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        if self.kind == "concat":
+            return list(tensor.chunk(len(self.reference), dim=0))
+        return [tensor.t() if self.kind == "transpose" else tensor]
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """A reference class and ours: `config_to_ours(reference_config) -> our config`, `config_to_reference(our
+    config) -> reference config` (both raise a ValueError naming an option the other side lacks), and
+    `rules(our_config) -> [Rule]` covering every weight of both models except tied copies."""
+
+    reference: type[PreTrainedModel]
+    ours: type[PreTrainedModel]
+    config_to_ours: Callable[[PreTrainedConfig], PreTrainedConfig]
+    config_to_reference: Callable[[PreTrainedConfig], PreTrainedConfig]
+    rules: Callable[[PreTrainedConfig], list[Rule]]
+
+
+CONVERSIONS: dict[type[PreTrainedModel], Conversion] = {}
+
+
+def register_conversion(conversion: Conversion) -> None:
+    CONVERSIONS[conversion.reference] = conversion
+
+
+def from_transformers(model: PreTrainedModel) -> PreTrainedModel:
+    """The hf-seq model with the same weights as a `transformers` reference model (same device, dtype and attention
+    implementation); its outputs equal the reference's up to float rounding."""
+    conversion = CONVERSIONS.get(type(model))
+    if conversion is None:
+        raise ValueError(
+            f"from_transformers: no conversion from {type(model).__name__}; supported: "
+            f"{sorted(c.reference.__name__ for c in CONVERSIONS.values())}."
+        )
+    return _convert(model, conversion.ours, conversion.config_to_ours(model.config), conversion, to_reference=False)
+
+
+def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
+    """The `transformers` reference model with the same weights as an hf-seq model (see `from_transformers`)."""
+    matches = [c for c in CONVERSIONS.values() if type(model) is c.ours]
+    if not matches:
+        raise ValueError(
+            f"to_transformers: no conversion from {type(model).__name__}; supported: "
+            f"{sorted(c.ours.__name__ for c in CONVERSIONS.values())}."
+        )
+    conversion = matches[0]
+    config = conversion.config_to_reference(model.config)
+    return _convert(model, conversion.reference, config, conversion, to_reference=True)
+
+
+def _convert(source, target_class, target_config, conversion: Conversion, to_reference: bool):
+    source_state = source.state_dict()
+    # The rules are written against our config; when converting to ours it is the target's config.
+    rules = conversion.rules(source.config if to_reference else target_config)
+    implementation = source.config._attn_implementation
+    if implementation not in ("eager", "sdpa"):
+        implementation = None  # let the target choose its default
+    target = target_class._from_config(target_config, attn_implementation=implementation, dtype=source.dtype)
+    target.to(source.device)
+
+    tied = set(getattr(target, "all_tied_weights_keys", {})) | set(getattr(source, "all_tied_weights_keys", {}))
+    state, used = {}, set()
+    for rule in rules:
+        if to_reference:
+            for name, tensor in zip(rule.reference, rule.to_reference(source_state[rule.ours])):
+                state[name] = tensor
+            used.add(rule.ours)
+        else:
+            state[rule.ours] = rule.to_ours([source_state[name] for name in rule.reference])
+            used.update(rule.reference)
+    left_over = sorted(set(source_state) - used - tied)
+    if left_over:
+        raise ValueError(
+            f"Converting {type(source).__name__} to {target_class.__name__}: no rule for the weights {left_over}; "
+            "the conversion table in hf_seq.convert does not cover this model."
+        )
+    missing, unexpected = target.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=False)
+    missing = sorted(set(missing) - tied)
+    if missing or unexpected:
+        raise ValueError(
+            f"Converting {type(source).__name__} to {target_class.__name__}: weights not set {missing}, "
+            f"unknown weights {sorted(unexpected)}."
+        )
+    target.tie_weights()
+    if getattr(source, "generation_config", None) is not None and target.can_generate():
+        target.generation_config = copy.deepcopy(source.generation_config)
+    target.train(source.training)
+    return target
+
+
+# GPT-2 (Radford et al. 2019) <-> GPT ------------------------------------------------------------------------------
+
+# GPT-2's activation names -> ours. `gelu_pytorch_tanh` is the same tanh approximation as `gelu_new`.
+_GPT2_ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+
+
+def _gpt2_config_to_ours(config) -> GPTConfig:
+    unsupported = {
+        "add_cross_attention": (getattr(config, "add_cross_attention", False), False),
+        "scale_attn_weights": (config.scale_attn_weights, True),
+        "scale_attn_by_inverse_layer_idx": (config.scale_attn_by_inverse_layer_idx, False),
+    }
+    for option, (value, supported) in unsupported.items():
+        if value != supported:
+            raise ValueError(
+                f"from_transformers: GPT2Config.{option}={value!r} has no GPTConfig equivalent (only {supported!r})."
+            )
+    if config.activation_function not in _GPT2_ACTIVATIONS:
+        raise ValueError(
+            f"from_transformers: GPT2Config.activation_function={config.activation_function!r} has no GPTConfig "
+            f"equivalent; supported: {sorted(_GPT2_ACTIVATIONS)}."
+        )
+    return GPTConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.n_embd,
+        num_hidden_layers=config.n_layer,
+        num_attention_heads=config.n_head,
+        intermediate_size=config.n_inner if config.n_inner is not None else 4 * config.n_embd,
+        max_position_embeddings=config.n_positions,
+        position_embedding_type="learned",
+        norm_type="layernorm",
+        norm_position="pre",
+        layer_norm_eps=config.layer_norm_epsilon,
+        hidden_act=_GPT2_ACTIVATIONS[config.activation_function],
+        attention_bias=True,
+        mlp_bias=True,
+        embedding_dropout=config.embd_pdrop,
+        attention_dropout=config.attn_pdrop,
+        hidden_dropout=config.resid_pdrop,
+        initializer_range=config.initializer_range,
+        tie_word_embeddings=config.tie_word_embeddings,
+        use_cache=config.use_cache,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
+
+
+def _gpt_config_to_gpt2(config: GPTConfig):
+    gpt2_options = {
+        "position_embedding_type": "learned",
+        "norm_type": "layernorm",
+        "norm_position": "pre",
+        "attention_bias": True,
+        "mlp_bias": True,
+        "is_causal": True,
+    }
+    for option, supported in gpt2_options.items():
+        if getattr(config, option) != supported:
+            raise ValueError(
+                f"to_transformers: GPTConfig.{option}={getattr(config, option)!r} has no GPT-2 equivalent "
+                f"(GPT2LMHeadModel needs {option}={supported!r})."
+            )
+    if config.hidden_act not in ("gelu_new", "gelu", "relu"):
+        raise ValueError(
+            f"to_transformers: GPTConfig.hidden_act={config.hidden_act!r} has no GPT-2 equivalent; "
+            "supported: ['gelu', 'gelu_new', 'relu']."
+        )
+    return transformers.GPT2Config(
+        vocab_size=config.vocab_size,
+        n_embd=config.hidden_size,
+        n_layer=config.num_hidden_layers,
+        n_head=config.num_attention_heads,
+        n_inner=config.intermediate_size,
+        n_positions=config.max_position_embeddings,
+        layer_norm_epsilon=config.layer_norm_eps,
+        activation_function=config.hidden_act,
+        embd_pdrop=config.embedding_dropout,
+        attn_pdrop=config.attention_dropout,
+        resid_pdrop=config.hidden_dropout,
+        initializer_range=config.initializer_range,
+        tie_word_embeddings=config.tie_word_embeddings,
+        use_cache=config.use_cache,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
+
+
+def _gpt2_rules(config: GPTConfig, head: bool) -> list[Rule]:
+    ours, ref = ("model.", "transformer.") if head else ("", "")
+    rules = [
+        Rule(f"{ours}embed_tokens.weight", (f"{ref}wte.weight",)),
+        Rule(f"{ours}embed_positions.weight", (f"{ref}wpe.weight",)),
+        Rule(f"{ours}norm.weight", (f"{ref}ln_f.weight",)),
+        Rule(f"{ours}norm.bias", (f"{ref}ln_f.bias",)),
+    ]
+    # Each block: (ours, GPT-2's, is it a Conv1D). GPT-2's c_attn outputs q, k, v in that order, heads contiguous in
+    # each, which is the layout of our qkv_proj, so the fused weight maps as one tensor.
+    layer_names = [
+        ("input_layernorm", "ln_1", False),
+        ("self_attn.qkv_proj", "attn.c_attn", True),
+        ("self_attn.o_proj", "attn.c_proj", True),
+        ("post_attention_layernorm", "ln_2", False),
+        ("mlp.up_proj", "mlp.c_fc", True),
+        ("mlp.down_proj", "mlp.c_proj", True),
+    ]
+    for i in range(config.num_hidden_layers):
+        for our_name, gpt2_name, conv1d in layer_names:
+            our_prefix, gpt2_prefix = f"{ours}layers.{i}.{our_name}", f"{ref}h.{i}.{gpt2_name}"
+            rules.append(Rule(f"{our_prefix}.weight", (f"{gpt2_prefix}.weight",), "transpose" if conv1d else "copy"))
+            rules.append(Rule(f"{our_prefix}.bias", (f"{gpt2_prefix}.bias",)))
+    if head and not config.tie_word_embeddings:
+        rules.append(Rule("lm_head.weight", ("lm_head.weight",)))
+    return rules
+
+
+register_conversion(
+    Conversion(
+        transformers.GPT2LMHeadModel,
+        GPTForCausalLM,
+        _gpt2_config_to_ours,
+        _gpt_config_to_gpt2,
+        partial(_gpt2_rules, head=True),
+    )
+)
+register_conversion(
+    Conversion(
+        transformers.GPT2Model, GPTModel, _gpt2_config_to_ours, _gpt_config_to_gpt2, partial(_gpt2_rules, head=False)
+    )
+)
+
+# BERT (BertModel, BertForMaskedLM) and MarianMTModel: add their entries here with register_conversion.
+
+__all__ = ["CONVERSIONS", "Conversion", "Rule", "from_transformers", "register_conversion", "to_transformers"]

@@ -1,0 +1,199 @@
+import pytest
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPT2Model
+
+from hf_seq import GPTConfig, GPTForCausalLM, GPTModel
+from hf_seq.convert import Rule, from_transformers, to_transformers
+
+VOCAB = 97
+SIZES = {
+    "small": dict(n_embd=32, n_layer=1, n_head=2),
+    "deeper-untied": dict(n_embd=48, n_layer=3, n_head=4, n_inner=72, tie_word_embeddings=False),
+}
+
+
+def gpt2(size: str, cls=GPT2LMHeadModel, attn_implementation="sdpa", **overrides):
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=32,
+        initializer_range=0.2,  # larger than GPT-2's 0.02, so random logits differ and greedy decoding varies
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        resid_pdrop=0.05,
+        embd_pdrop=0.15,
+        attn_pdrop=0.25,
+        layer_norm_epsilon=1e-6,
+        **{**SIZES[size], **overrides},
+    )
+    model = cls._from_config(config, attn_implementation=attn_implementation).eval()
+    with torch.no_grad():  # random LayerNorm parameters too, so a swapped ln_1/ln_2 is caught
+        for name, param in model.named_parameters():
+            if ".ln_" in name:
+                param.normal_(1.0 if name.endswith("weight") else 0.0, 0.3)
+    return model
+
+
+def batch():
+    torch.manual_seed(1)
+    input_ids = torch.randint(3, VOCAB, (3, 9))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :4] = 0  # left padding
+    attention_mask[1, :1] = 0
+    input_ids[attention_mask == 0] = 0
+    return input_ids, attention_mask
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_from_transformers_gives_equal_logits(size):
+    attn = "eager" if size == "small" else "sdpa"
+    reference = gpt2(size, attn_implementation=attn)
+    ours = from_transformers(reference)
+    assert type(ours) is GPTForCausalLM and not ours.training
+    assert ours.config._attn_implementation == attn
+    config = ours.config
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (
+        reference.config.n_embd,
+        reference.config.n_layer,
+        reference.config.n_head,
+    )
+    assert config.intermediate_size == (reference.config.n_inner or 4 * reference.config.n_embd)
+    assert (config.embedding_dropout, config.attention_dropout, config.hidden_dropout) == (0.15, 0.25, 0.05)
+    assert (config.layer_norm_eps, config.max_position_embeddings, config.vocab_size) == (1e-6, 32, VOCAB)
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (0, 1, 2)
+    assert config.tie_word_embeddings == reference.config.tie_word_embeddings
+
+    input_ids, attention_mask = batch()
+    with torch.no_grad():
+        expected = reference(input_ids[1:]).logits
+        torch.testing.assert_close(ours(input_ids[1:]).logits, expected, atol=1e-5, rtol=0)
+        assert expected.std() > 0.1
+        # GPT-2 counts positions from the first slot; ours counts real tokens, which generate also passes GPT-2.
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        expected = reference(input_ids, attention_mask=attention_mask, position_ids=positions).logits
+        got = ours(input_ids, attention_mask=attention_mask).logits
+        real = attention_mask.bool()
+        torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_greedy_generation_matches(size):
+    reference = gpt2(size)
+    ours = from_transformers(reference)
+    input_ids, attention_mask = batch()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    expected = reference.generate(input_ids, **kwargs)
+    assert len(set(expected[:, -8:].flatten().tolist())) > 3  # not a degenerate repetition
+    assert torch.equal(ours.generate(input_ids, **kwargs), expected)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_to_transformers_round_trip(size):
+    reference = gpt2(size)
+    ours = from_transformers(reference)
+    back = to_transformers(ours)
+    assert type(back) is GPT2LMHeadModel
+    state, expected = back.state_dict(), reference.state_dict()
+    assert state.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(state[name], tensor), name
+    assert back.config.tie_word_embeddings == reference.config.tie_word_embeddings
+    if back.config.tie_word_embeddings:
+        assert back.lm_head.weight.data_ptr() == back.transformer.wte.weight.data_ptr()
+    for option in ("n_embd", "n_layer", "n_head", "n_positions", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        assert getattr(back.config, option) == getattr(reference.config, option), option
+    input_ids, _ = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(back(input_ids).logits, reference(input_ids).logits, atol=1e-6, rtol=0)
+
+
+def test_our_model_to_gpt2_and_back():
+    torch.manual_seed(0)
+    config = GPTConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16
+    )
+    ours = GPTForCausalLM(config).eval()
+    reference = to_transformers(ours)
+    input_ids, _ = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, atol=1e-5, rtol=0)
+    again = from_transformers(reference)
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in ours.state_dict().items())
+
+
+def test_base_models_convert():
+    reference = gpt2("deeper-untied", cls=GPT2Model)
+    ours = from_transformers(reference)
+    assert type(ours) is GPTModel
+    input_ids, _ = batch()
+    with torch.no_grad():
+        expected = reference(input_ids).last_hidden_state
+        torch.testing.assert_close(ours(input_ids).last_hidden_state, expected, atol=1e-5, rtol=0)
+    back = to_transformers(ours)
+    assert type(back) is GPT2Model
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in reference.state_dict().items())
+
+
+def test_converted_model_saves_and_reloads(tmp_path):
+    reference = gpt2("deeper-untied")
+    from_transformers(reference).save_pretrained(tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert type(reloaded) is GPTForCausalLM
+    input_ids, _ = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids).logits, reference(input_ids).logits, atol=1e-5, rtol=0)
+
+
+def test_conversion_keeps_dtype_and_training_mode():
+    reference = gpt2("small").to(torch.bfloat16).train()
+    ours = from_transformers(reference)
+    assert ours.dtype == torch.bfloat16 and ours.training
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("position_embedding_type", "rope"),
+        ("norm_type", "rmsnorm"),
+        ("norm_position", "post"),
+        ("hidden_act", "swiglu"),
+        ("attention_bias", False),
+        ("mlp_bias", False),
+    ],
+)
+def test_to_transformers_rejects_options_gpt2_lacks(option, value):
+    config = GPTConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, **{option: value})
+    with pytest.raises(ValueError, match=f"GPTConfig.{option}={value!r}"):
+        to_transformers(GPTForCausalLM(config))
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("scale_attn_by_inverse_layer_idx", True), ("scale_attn_weights", False), ("activation_function", "silu")],
+)
+def test_from_transformers_rejects_options_gpt_lacks(option, value):
+    with pytest.raises(ValueError, match=f"GPT2Config.{option}={value!r}"):
+        from_transformers(gpt2("small", **{option: value}))
+
+
+def test_unsupported_classes_are_named():
+    with pytest.raises(
+        ValueError, match=r"no conversion from GPT2ForSequenceClassification; supported: .*GPT2LMHeadModel"
+    ):
+        from_transformers(gpt2("small", cls=transformers.GPT2ForSequenceClassification))
+    with pytest.raises(ValueError, match="no conversion from Linear"):
+        to_transformers(torch.nn.Linear(2, 2))
+
+
+def test_concat_rule_round_trips():
+    """The rule a reference model with separate q, k, v projections (BERT, Marian) uses for our fused qkv_proj."""
+    rule = Rule("qkv_proj.weight", ("query.weight", "key.weight", "value.weight"), "concat")
+    q, k, v = torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3)
+    fused = rule.to_ours([q, k, v])
+    assert torch.equal(fused, torch.cat([q, k, v]))
+    assert all(torch.equal(a, b) for a, b in zip(rule.to_reference(fused), (q, k, v)))
+    conv = Rule("o_proj.weight", ("c_proj.weight",), "transpose")
+    w = torch.randn(4, 3)
+    assert torch.equal(conv.to_ours([w]), w.t()) and torch.equal(conv.to_reference(w.t())[0], w)
