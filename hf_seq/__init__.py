@@ -1,6 +1,14 @@
 """hf-seq: the lineage of sequence models, from Elman's RNN to GPT, as Hugging Face transformers models."""
 
+from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
+from .models.modeling_bert import (
+    BERTForMaskedLM,
+    BERTForQuestionAnswering,
+    BERTForSequenceClassification,
+    BERTForTokenClassification,
+    BERTModel,
+)
 from .models.modeling_gpt import GPTForCausalLM, GPTForSequenceClassification, GPTModel
 from .registry import FAMILIES, register
 
@@ -10,6 +18,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FAMILIES",
+    "BERTConfig",
+    "BERTForMaskedLM",
+    "BERTForQuestionAnswering",
+    "BERTForSequenceClassification",
+    "BERTForTokenClassification",
+    "BERTModel",
     "GPTConfig",
     "GPTForCausalLM",
     "GPTForSequenceClassification",

@@ -41,6 +41,18 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForSequenceClassification": "GPTForSequenceClassification",
         },
     ),
+    Family(
+        "bert",
+        "hf_seq_bert",
+        "BERTConfig",
+        {
+            "AutoModel": "BERTModel",
+            "AutoModelForMaskedLM": "BERTForMaskedLM",
+            "AutoModelForSequenceClassification": "BERTForSequenceClassification",
+            "AutoModelForTokenClassification": "BERTForTokenClassification",
+            "AutoModelForQuestionAnswering": "BERTForQuestionAnswering",
+        },
+    ),
 )
 
 
