@@ -79,7 +79,7 @@ def pack_token_ids(documents: Iterable[list[int]], block_size: int, separator: i
 
 def packed_lm_dataset(texts: Iterable[str], tokenizer, block_size: int) -> datasets.Dataset:
     """Causal-LM training blocks: {'input_ids': [...], 'labels': [...]} with no padding anywhere."""
-    documents = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts)
+    documents = (tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] for text in texts)
     blocks = list(pack_token_ids(documents, block_size, tokenizer.eos_token_id))
     if not blocks:
         raise ValueError(f"the corpus holds fewer than block_size={block_size} tokens; use more text or smaller blocks")

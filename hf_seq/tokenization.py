@@ -215,7 +215,7 @@ def _as_files(corpus) -> list[Path] | None:
         items = [corpus]
     elif isinstance(corpus, (list, tuple)) and corpus and all(isinstance(c, (str, os.PathLike)) for c in corpus):
         items = list(corpus)
-        as_paths = all(isinstance(c, os.PathLike) or (_LOOKS_LIKE_PATH.match(c) or Path(c).is_file()) for c in items)
+        as_paths = all(isinstance(c, os.PathLike) or _may_be_path(c) for c in items)
         if not as_paths:
             return None
     else:
@@ -229,6 +229,14 @@ def _as_files(corpus) -> list[Path] | None:
             )
         raise ValueError(f"train_bpe_tokenizer: corpus file(s) not found: {missing}.")
     return [Path(item) for item in items]
+
+
+def _may_be_path(text: str) -> bool:
+    """A string with a line break, or longer than any file name, is a text; otherwise it is a path if it looks like
+    one or names an existing file."""
+    if "\n" in text or len(text) > 1024:
+        return False
+    return bool(_LOOKS_LIKE_PATH.match(text)) or Path(text).is_file()
 
 
 def _has_text(path: Path) -> bool:

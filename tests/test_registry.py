@@ -1,0 +1,58 @@
+"""The registry table is the contract: every family registers with the Auto classes, importing twice is harmless,
+and every registered model class is exercised by some subclass of the shared tester."""
+
+import importlib
+import pkgutil
+
+import transformers
+
+import hf_seq
+import tests
+from hf_seq.registry import FAMILIES, register
+from tests.tester import ModelTesterMixin
+
+
+def all_testers():
+    for info in pkgutil.iter_modules(tests.__path__):
+        if info.name.startswith("test_"):
+            importlib.import_module(f"tests.{info.name}")
+    stack, found = list(ModelTesterMixin.__subclasses__()), []
+    while stack:
+        cls = stack.pop()
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+def test_every_registered_model_class_has_a_tester():
+    covered = {
+        (t.family, name) for t in all_testers() if t.family for name in hf_seq.registry.family(t.family).models.values()
+    }
+    registered = {(fam.model_type, name) for fam in FAMILIES for name in fam.models.values()}
+    assert registered - covered == set(), "registered model classes without a tester"
+
+
+def test_register_is_idempotent_and_auto_classes_resolve():
+    register()
+    register()
+    for fam in FAMILIES:
+        config_class = fam.config_class
+        assert transformers.AutoConfig.for_model(fam.model_type).__class__ is config_class
+        for auto, name in fam.models.items():
+            mapping = getattr(transformers, auto)._model_mapping
+            assert mapping[config_class].__name__ == name
+        assert config_class.family_auto_map == fam.auto_map
+
+
+def test_model_files_stay_inside_the_remote_code_boundary():
+    """Files under hf_seq/models/ are copied next to saved weights; they may import only installed libraries and
+    their siblings, never the hf_seq package or a parent package."""
+    from pathlib import Path
+
+    offending = []
+    for path in Path(hf_seq.__file__).parent.joinpath("models").glob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith(("from hf_seq", "import hf_seq", "from ..")):
+                offending.append(f"{path.name}:{number}: {stripped}")
+    assert not offending, offending
