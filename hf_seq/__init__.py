@@ -2,6 +2,7 @@
 
 from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
+from .models.configuration_transformer import TransformerConfig
 from .models.modeling_bert import (
     BERTForMaskedLM,
     BERTForQuestionAnswering,
@@ -10,6 +11,7 @@ from .models.modeling_bert import (
     BERTModel,
 )
 from .models.modeling_gpt import GPTForCausalLM, GPTForSequenceClassification, GPTModel
+from .models.modeling_transformer import TransformerForConditionalGeneration, TransformerModel
 from .registry import FAMILIES, register
 
 register()
@@ -28,4 +30,7 @@ __all__ = [
     "GPTForCausalLM",
     "GPTForSequenceClassification",
     "GPTModel",
+    "TransformerConfig",
+    "TransformerForConditionalGeneration",
+    "TransformerModel",
 ]

@@ -53,6 +53,12 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForQuestionAnswering": "BERTForQuestionAnswering",
         },
     ),
+    Family(
+        "transformer",
+        "hf_seq_transformer",
+        "TransformerConfig",
+        {"AutoModel": "TransformerModel", "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration"},
+    ),
 )
 
 

@@ -1,0 +1,513 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017, "Attention Is All You Need"), built from the shared layers.
+
+Encoder (section 3.1), over source tokens x_1 .. x_S:
+    h_0 = sqrt(d) E[x] + PE                                           (sections 3.4, 3.5)
+    h = LN(h + SelfAttn(h));  h = LN(h + FFN(h))                      (post-LN, each of N layers)
+Decoder, over the target prefix y_0 (the start token) .. y_{T-1}:
+    g_0 = sqrt(d) E[y] + PE
+    g = LN(g + CausalSelfAttn(g));  g = LN(g + CrossAttn(g, h_N));  g = LN(g + FFN(g))
+    p(y_{t+1} | y_<=t, x) = softmax(g_N W_out),  W_out = E^T when tied (section 3.4)
+Pre-LN (an option) computes x + Sublayer(LN(x)) instead and normalises each stack's output once more.
+
+In generation the decoder's self-attention keys/values are cached step by step and the cross-attention keys/values
+are computed once per source sentence (transformers' `EncoderDecoderCache`).
+Shapes: B batch, S source length, T target length, C = hidden_size, V vocabulary.
+"""
+
+import math
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.utils import can_return_tuple
+
+from .attention import MultiHeadAttention
+from .configuration_transformer import TransformerConfig
+from .layers import FeedForward, make_norm
+from .positional import SinusoidalPositionalEmbedding
+from .utils import check_attention_mask, positions_from_attention_mask
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.LongTensor:
+    """Teacher forcing: the decoder reads the start token and then the targets but the last, so that its output at
+    position t is scored against labels[:, t]. Ignored labels (-100) become padding."""
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def seq2seq_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float = 0.0,
+    num_items_in_batch: torch.Tensor | int | None = None,
+) -> torch.Tensor:
+    """Cross-entropy of each target token, with labels aligned to the logits (no shift: the decoder inputs are the
+    shifted ones) and -100 ignored. With `label_smoothing` = eps the target distribution is (1 - eps) on the label
+    plus eps / V everywhere (Szegedy et al. 2016; the paper's section 5.4 uses eps = 0.1).
+
+    Trainer passes `num_items_in_batch` (the count of scored tokens over all accumulated micro-batches): the loss is
+    then a sum divided by it, so gradient accumulation gives exactly the full-batch gradient."""
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    loss = nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        labels.reshape(-1).to(logits.device),
+        ignore_index=-100,
+        reduction=reduction,
+        label_smoothing=label_smoothing,
+    )
+    if num_items_in_batch is not None:
+        loss = loss / (
+            num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
+        )
+    return loss
+
+
+def _check_attention_weights_available(config, output_attentions: bool) -> None:
+    if output_attentions and config._attn_implementation != "eager":
+        raise ValueError(
+            f"output_attentions=True needs the eager attention kernel; this model uses "
+            f"{config._attn_implementation!r}. Load it with attn_implementation='eager' or call "
+            "model.set_attn_implementation('eager')."
+        )
+
+
+class TransformerLayer(GradientCheckpointingLayer):
+    """What encoder and decoder layers share: the feed-forward sub-layer and the residual connection around every
+    sub-layer (section 3.1): LN(x + Dropout(Sublayer(x))) post-LN, x + Dropout(Sublayer(LN(x))) pre-LN."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.dropout = nn.Dropout(config.dropout)
+        self.mlp = FeedForward(
+            config.hidden_size,
+            config.intermediate_size,
+            config.hidden_act,
+            dropout=config.activation_dropout,
+            bias=config.mlp_bias,
+        )
+        self.final_layer_norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
+
+    def sublayer_input(self, x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+        return norm(x) if self.pre_norm else x
+
+    def residual(self, x: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.pre_norm else norm(x)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.residual(x, self.mlp(self.sublayer_input(x, self.final_layer_norm)), self.final_layer_norm)
+
+
+class TransformerEncoderLayer(TransformerLayer):
+    def __init__(self, config: TransformerConfig, layer_idx: int):
+        super().__init__(config)
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=False)
+        self.self_attn_layer_norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        x = hidden_states  # (B, S, C)
+        attn, weights = self.self_attn(self.sublayer_input(x, self.self_attn_layer_norm), attention_mask, **kwargs)
+        x = self.residual(x, attn, self.self_attn_layer_norm)
+        return self.feed_forward(x), weights
+
+
+class TransformerDecoderLayer(TransformerLayer):
+    def __init__(self, config: TransformerConfig, layer_idx: int):
+        super().__init__(config)
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True)
+        self.self_attn_layer_norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
+        self.cross_attn = MultiHeadAttention(config, layer_idx, is_causal=False, is_cross_attention=True)
+        self.cross_attn_layer_norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states,
+        encoder_hidden_states,
+        attention_mask=None,
+        encoder_attention_mask=None,
+        past_key_values=None,
+        **kwargs,
+    ):
+        x = hidden_states  # (B, T, C); encoder_hidden_states (B, S, C)
+        attn, self_weights = self.self_attn(
+            self.sublayer_input(x, self.self_attn_layer_norm), attention_mask, past_key_values, **kwargs
+        )
+        x = self.residual(x, attn, self.self_attn_layer_norm)
+        attn, cross_weights = self.cross_attn(
+            self.sublayer_input(x, self.cross_attn_layer_norm),
+            encoder_attention_mask,
+            past_key_values,
+            encoder_hidden_states=encoder_hidden_states,
+            **kwargs,
+        )
+        x = self.residual(x, attn, self.cross_attn_layer_norm)
+        return self.feed_forward(x), self_weights, cross_weights
+
+
+class TransformerPreTrainedModel(PreTrainedModel):
+    config_class = TransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module):
+        super()._init_weights(module)  # normal(0, initializer_range) linears and embeddings, unit norms
+        if isinstance(module, SinusoidalPositionalEmbedding):
+            module.reset_buffers()
+        elif isinstance(module, nn.Embedding) and self.config.scale_embedding:
+            # Embeddings are multiplied by sqrt(d); std d^-1/2 gives the sum unit variance, like the sinusoids
+            # added to it (fairseq's choice; the paper does not say).
+            init.normal_(module.weight, mean=0.0, std=self.config.hidden_size**-0.5)
+
+
+class TransformerStack(nn.Module):
+    """Embeddings and the final norm of one stack (encoder or decoder): sqrt(d) E[x] + positions, then dropout."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = config  # the attention kernel is read from config._attn_implementation at each call
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        if config.position_embedding_type == "sinusoidal":
+            self.embed_positions = SinusoidalPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+        else:
+            self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+        self.dropout = nn.Dropout(config.dropout)
+        # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LN; post-LN ends normalised.
+        pre = config.norm_position == "pre"
+        self.norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps) if pre else nn.Identity()
+
+    def input_shape(self, input_ids, inputs_embeds) -> tuple[int, int, torch.device]:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"{type(self).__name__}: pass exactly one of input_ids or inputs_embeds.")
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        return tokens.shape[0], tokens.shape[1], tokens.device
+
+    def embed(self, input_ids, inputs_embeds, position_ids, total_length: int) -> torch.Tensor:
+        """`inputs_embeds`, if given, are the unscaled token embeddings E[x] (B, T, C)."""
+        if total_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"{type(self).__name__}: {total_length} positions exceed max_position_embeddings="
+                f"{self.config.max_position_embeddings}; truncate the input or use a model with more positions."
+            )
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        positions = self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        return self.dropout(inputs_embeds * self.embed_scale + positions)
+
+
+class TransformerEncoder(TransformerStack):
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.layers = nn.ModuleList(TransformerEncoderLayer(config, i) for i in range(config.encoder_layers))
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        """The source states (B, S, C). `attention_mask` (B, S): 1 on tokens, 0 on padding (either side)."""
+        config = self.config
+        batch_size, source_length, device = self.input_shape(input_ids, inputs_embeds)
+        check_attention_mask(attention_mask, batch_size, source_length)
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        _check_attention_weights_available(config, output_attentions)
+        positions = positions_from_attention_mask(attention_mask, 0, source_length, device)
+        hidden_states = self.embed(input_ids, inputs_embeds, positions, source_length)
+        mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+
+        all_hidden_states, all_attentions = [], []
+        for layer in self.layers:
+            all_hidden_states.append(hidden_states)
+            hidden_states, weights = layer(hidden_states, attention_mask=mask, **kwargs)
+            all_attentions.append(weights)
+        hidden_states = self.norm(hidden_states)
+        all_hidden_states.append(hidden_states)
+        return BaseModelOutput(
+            last_hidden_state=hidden_states,
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            attentions=tuple(all_attentions) if output_attentions else None,
+        )
+
+
+class TransformerDecoder(TransformerStack):
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.layers = nn.ModuleList(TransformerDecoderLayer(config, i) for i in range(config.decoder_layers))
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """The target states (B, T, C). `attention_mask` (B, past + T) masks target padding, `encoder_attention_mask`
+        (B, S) source padding; `past_key_values` is an `EncoderDecoderCache`, filled as it goes."""
+        config = self.config
+        batch_size, target_length, device = self.input_shape(input_ids, inputs_embeds)
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        _check_attention_weights_available(config, output_attentions)
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+        self_cache = past_key_values
+        if isinstance(past_key_values, EncoderDecoderCache):
+            self_cache = past_key_values.self_attention_cache
+        past_length = self_cache.get_seq_length() if self_cache is not None else 0
+        check_attention_mask(attention_mask, batch_size, past_length + target_length)
+        if position_ids is None:
+            position_ids = positions_from_attention_mask(attention_mask, past_length, target_length, device)
+        hidden_states = self.embed(input_ids, inputs_embeds, position_ids, past_length + target_length)
+        causal_mask = create_causal_mask(
+            config=config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=self_cache
+        )
+        cross_mask = create_bidirectional_mask(
+            config=config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+
+        all_hidden_states, all_self, all_cross = [], [], []
+        for layer in self.layers:
+            all_hidden_states.append(hidden_states)
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states,
+                encoder_hidden_states,  # positional, so gradient checkpointing passes its gradient through
+                attention_mask=causal_mask,
+                encoder_attention_mask=cross_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+            all_self.append(self_weights)
+            all_cross.append(cross_weights)
+        hidden_states = self.norm(hidden_states)
+        all_hidden_states.append(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            attentions=tuple(all_self) if output_attentions else None,
+            cross_attentions=tuple(all_cross) if output_attentions else None,
+        )
+
+
+class TransformerModel(TransformerPreTrainedModel):
+    """Encoder and decoder; returns the decoder's final states (B, T, C), the encoder's, and the cache."""
+
+    _tied_weights_keys = {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.encoder = TransformerEncoder(config)
+        self.decoder = TransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.encoder.embed_tokens = value
+        if self.config.tie_word_embeddings:
+            self.decoder.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """`encoder_outputs`, if given (e.g. by `generate`, which encodes once), replace running the encoder."""
+        use_cache = (self.config.use_cache and not self.training) if use_cache is None else use_cache
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                **kwargs,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, from return_dict=False
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        encoder_states = encoder_outputs.last_hidden_state  # (B, S, C)
+        check_attention_mask(attention_mask, *encoder_states.shape[:2])
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_states,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            position_ids=decoder_position_ids,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_states,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
+    """The translation model: p(y_t | y_<t, x) over the shared vocabulary, trained with (label-smoothed)
+    cross-entropy, decoded with `generate()` (greedy, sampling, beam search with length penalty)."""
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.encoder.embed_tokens.weight",
+        "model.decoder.embed_tokens.weight": "model.encoder.embed_tokens.weight",
+    }
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.model = TransformerModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    def get_encoder(self, modality: str | None = None):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.LongTensor:
+        """Called by `DataCollatorForSeq2Seq` and by `forward` when only labels are given."""
+        config = self.config
+        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
+        if start is None or config.pad_token_id is None:
+            raise ValueError(
+                "TransformerForConditionalGeneration: building decoder_input_ids from labels needs "
+                "config.decoder_start_token_id (or bos_token_id) and config.pad_token_id."
+            )
+        return shift_tokens_right(labels, config.pad_token_id, start)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        """`labels` (B, T) are the target tokens, aligned with the decoder outputs (-100 is ignored); without
+        `decoder_input_ids` the decoder reads them shifted right behind the start token. `logits_to_keep=k` computes
+        logits for the last k positions only (0: all)."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(outputs.last_hidden_state[:, keep, :])  # (B, T, V)
+        loss = None
+        if labels is not None:
+            loss = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "TransformerPreTrainedModel",
+    "TransformerModel",
+    "TransformerForConditionalGeneration",
+    "seq2seq_loss",
+    "shift_tokens_right",
+]
