@@ -134,3 +134,55 @@ def test_torch_compile_matches_eager():
     compiled = torch.compile(model)
     with torch.no_grad():
         torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def saved_gpt(tmp_path_factory):
+    """A tiny GPT and its BPE tokenizer saved in one folder, as a user would publish them."""
+    from hf_seq import GPTForSequenceClassification
+    from hf_seq.tokenization import train_bpe_tokenizer
+
+    texts = [f"the {w} sat on the {v} mat" for w in ("cat", "dog", "bird") for v in ("red", "blue", "old")] * 10
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=300, min_frequency=1)
+    ids = dict(
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
+    )
+    folder = tmp_path_factory.mktemp("gpt")
+    torch.manual_seed(0)
+    GPTForCausalLM(GPTConfig(vocab_size=len(tokenizer), **TINY, **ids)).save_pretrained(folder / "lm")
+    labels = {"id2label": {0: "NEG", 1: "POS"}, "label2id": {"NEG": 0, "POS": 1}}
+    GPTForSequenceClassification(GPTConfig(vocab_size=len(tokenizer), **TINY, **ids, **labels)).save_pretrained(
+        folder / "cls"
+    )
+    tokenizer.save_pretrained(folder / "lm")
+    tokenizer.save_pretrained(folder / "cls")
+    return folder
+
+
+def test_text_generation_pipeline(saved_gpt):
+    from transformers import pipeline
+
+    generator = pipeline("text-generation", model=str(saved_gpt / "lm"))
+    single = generator("the cat", max_new_tokens=5, do_sample=False)
+    assert single[0]["generated_text"].startswith("the cat")
+    batch = generator(["the cat sat", "the dog"], max_new_tokens=5, do_sample=False, batch_size=2)
+    alone = generator("the dog", max_new_tokens=5, do_sample=False)
+    assert batch[1][0]["generated_text"] == alone[0]["generated_text"]  # left padding changes nothing
+    new_only = generator("the cat", max_new_tokens=5, do_sample=False, return_full_text=False)
+    assert single[0]["generated_text"] == "the cat" + new_only[0]["generated_text"]
+
+
+def test_text_classification_and_feature_extraction_pipelines(saved_gpt):
+    from transformers import pipeline
+
+    classifier = pipeline("text-classification", model=str(saved_gpt / "cls"))
+    results = classifier(["the cat sat on the mat", "the dog"], top_k=None, batch_size=2)
+    assert {r["label"] for r in results[0]} == {"NEG", "POS"}
+    assert abs(sum(r["score"] for r in results[0]) - 1) < 1e-5
+    # batched with padding == one at a time
+    alone = classifier("the dog", top_k=None)
+    assert {r["label"]: round(r["score"], 5) for r in results[1]} == {r["label"]: round(r["score"], 5) for r in alone}
+
+    extractor = pipeline("feature-extraction", model=str(saved_gpt / "lm"))
+    features = torch.tensor(extractor("the cat sat"))
+    assert features.shape[0] == 1 and features.shape[-1] == TINY["hidden_size"]
