@@ -29,7 +29,8 @@ def demo(args: argparse.Namespace) -> None:
     print(f"[2/5] training a byte-level BPE tokenizer (vocab {args.vocab_size})")
     tokenizer = train_bpe_tokenizer(train_texts, vocab_size=args.vocab_size, model_max_length=args.block_size)
     train_set = packed_lm_dataset(train_texts, tokenizer, args.block_size)
-    eval_set = packed_lm_dataset(eval_texts, tokenizer, args.block_size).select(range(64))
+    eval_set = packed_lm_dataset(eval_texts, tokenizer, args.block_size)
+    eval_set = eval_set.select(range(min(64, len(eval_set))))
 
     config = GPTConfig(
         vocab_size=len(tokenizer),
