@@ -1,0 +1,438 @@
+"""hf-seq's GPTForCausalLM against transformers' GPT2LMHeadModel at the same configuration and with the same weights
+(ours is built, the reference is `hf_seq.convert.to_transformers(ours)`).
+
+Measured per size: training throughput (forward + backward + AdamW step, tokens/s) and its MFU, greedy generation
+with the KV cache (new tokens/s), and peak memory of each. The two models alternate within each round, which one
+goes first alternates between rounds, and each figure is the median over rounds; the ratio column is the median of
+the per-round ratios ours / transformers, with their range. On these CPUs a ratio within about 0.08 of 1 is noise.
+
+    python bench/bench_gpt.py                      # CPU, fp32, sdpa; writes bench/results/gpt_cpu.md
+    python bench/bench_gpt.py --device cuda --dtype bf16 --compile
+
+Memory: on CPU the growth of the peak resident set size of a fresh process, from just before the model is built to
+the end of the task (one process per model and task); on CUDA `torch.cuda.max_memory_allocated` in such a process.
+MFU = training tokens/s * (6 * parameters + 12 * layers * d_model * seq) / peak FLOP/s (the PaLM paper's estimate,
+appendix B; parameters without the position table, the tied embedding counted once). The peak is measured on CPU
+(an fp32, or bf16, square matrix product on all threads) and is the datasheet's dense bf16 figure on CUDA.
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import transformers
+
+from hf_seq import GPTConfig, GPTForCausalLM
+from hf_seq.convert import CONVERSIONS, to_transformers
+
+MODELS = ("ours", "transformers")
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    vocab_size: int
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    seq_len: int
+    batch_size: int
+    train_steps: int  # timed training steps per round
+    prompt_len: int
+    new_tokens: int
+    generate_batch: int
+
+
+SIZES = {
+    # The shape of shared/notes/perf.md.
+    "small": Size("small", 8000, 4, 256, 4, 128, 8, 6, 32, 64, 8),
+    "medium": Size("medium", 8000, 6, 512, 8, 256, 8, 2, 64, 64, 8),
+}
+QUICK_SIZES = {
+    "tiny": Size("tiny", 1000, 2, 64, 2, 32, 4, 2, 8, 8, 2),
+}
+
+# Dense bf16 tensor-core peaks from the vendors' datasheets (FLOP/s), matched on the device name.
+CUDA_BF16_PEAKS = [
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+    ("RTX 4090", 165e12),
+]
+
+
+def build_config(size: Size) -> GPTConfig:
+    return GPTConfig(
+        vocab_size=size.vocab_size,
+        hidden_size=size.hidden_size,
+        num_hidden_layers=size.num_hidden_layers,
+        num_attention_heads=size.num_attention_heads,
+        max_position_embeddings=max(size.seq_len, size.prompt_len + size.new_tokens),
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+
+
+def build_models(size: Size, attn: str, device: str) -> dict:
+    """Ours with random weights, and the reference with the same weights."""
+    torch.manual_seed(0)
+    ours = GPTForCausalLM._from_config(build_config(size), attn_implementation=attn).to(device)
+    models = {"ours": ours, "transformers": to_transformers(ours)}
+    for model in models.values():
+        prepare_generation(model)
+    return models
+
+
+def prepare_generation(model) -> None:
+    model.generation_config.eos_token_id = None  # always generate exactly new_tokens tokens
+    model.generation_config.pad_token_id = 0
+
+
+def count_flop_params(model) -> int:
+    """Parameters a token's forward pass multiplies with: all but the position table; the tied embedding once."""
+    positions = model.get_input_embeddings().weight.new_empty(0)
+    for name, param in model.named_parameters():
+        if "embed_positions" in name or name.endswith("wpe.weight"):
+            positions = param
+    return sum(p.numel() for p in model.parameters()) - positions.numel()
+
+
+class Trainer:
+    """One model, its AdamW optimizer and a fixed random batch; `run(steps)` returns the seconds of `steps` steps."""
+
+    def __init__(self, model, size: Size, device: str, dtype: torch.dtype, compile: bool):
+        self.model = model.train()
+        self.forward = torch.compile(model) if compile else model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        generator = torch.Generator().manual_seed(1)
+        self.input_ids = torch.randint(size.vocab_size, (size.batch_size, size.seq_len), generator=generator).to(device)
+        self.autocast = torch.autocast(device, dtype=dtype) if dtype != torch.float32 else nullcontext()
+        self.device = device
+
+    def step(self) -> None:
+        with self.autocast:
+            loss = self.forward(input_ids=self.input_ids, labels=self.input_ids).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def run(self, steps: int) -> float:
+        self.model.train()
+        synchronize(self.device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        synchronize(self.device)
+        return time.perf_counter() - start
+
+
+class Generator:
+    def __init__(self, model, size: Size, device: str, dtype: torch.dtype):
+        self.model, self.size, self.device = model, size, device
+        generator = torch.Generator().manual_seed(2)
+        shape = (size.generate_batch, size.prompt_len)
+        self.prompt = torch.randint(1, size.vocab_size, shape, generator=generator).to(device)
+        self.autocast = torch.autocast(device, dtype=dtype) if dtype != torch.float32 else nullcontext()
+
+    @torch.no_grad()
+    def run(self) -> float:
+        self.model.eval()
+        synchronize(self.device)
+        start = time.perf_counter()
+        with self.autocast:
+            out = self.model.generate(
+                self.prompt,
+                attention_mask=torch.ones_like(self.prompt),
+                max_new_tokens=self.size.new_tokens,
+                do_sample=False,
+                use_cache=True,
+            )
+        synchronize(self.device)
+        assert out.shape[1] == self.size.prompt_len + self.size.new_tokens
+        return time.perf_counter() - start
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_flops(device: str, dtype: torch.dtype) -> tuple[float, str]:
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        for key, flops in CUDA_BF16_PEAKS:
+            if key in name:
+                return flops, f"{name} datasheet dense bf16 peak"
+    n = 2048 if device == "cuda" else 1024
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    times = []
+    for _ in range(7):
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        synchronize(device)
+        times.append((time.perf_counter() - start) / 4)
+    return 2 * n**3 / min(times), f"measured {n}x{n} {str(dtype).removeprefix('torch.')} matmul"
+
+
+def measure_memory_subprocess(args, size: Size, model_name: str, task: str) -> float:
+    """Peak memory (MiB) of a fresh process that builds one of the two models and runs one task on it."""
+    spec = json.dumps({"size": asdict(size), "model": model_name, "task": task})
+    command = [sys.executable, __file__, "--memory-child", spec, "--device", args.device, "--dtype", args.dtype]
+    command += ["--attn", args.attn] + (["--compile"] if args.compile else [])
+    out = subprocess.run(command, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
+
+
+def memory_child(args) -> None:
+    spec = json.loads(args.memory_child)
+    size, dtype = Size(**spec["size"]), DTYPES[args.dtype]
+    torch.set_flush_denormal(True)
+    config = build_config(size)
+    # Only the measured model is ever built in this process (the reference from the equivalent GPT2Config, with
+    # its own random weights), so memory freed by another model cannot hide part of the growth.
+    peak_rss = PeakRSS()
+    if spec["model"] == "ours":
+        model = GPTForCausalLM._from_config(config, attn_implementation=args.attn)
+    else:
+        reference_config = CONVERSIONS[transformers.GPT2LMHeadModel].config_to_reference(config)
+        model = transformers.GPT2LMHeadModel._from_config(reference_config, attn_implementation=args.attn)
+    model.to(args.device)
+    prepare_generation(model)
+    if spec["task"] == "train":
+        trainer = Trainer(model, size, args.device, dtype, args.compile)
+        trainer.run(2)
+    else:
+        Generator(model, size, args.device, dtype).run()
+    if args.device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20  # a fresh process: everything allocated, weights included
+    else:
+        peak = peak_rss.growth_mib()
+    print(json.dumps({"peak_mib": peak}))
+
+
+class PeakRSS:
+    """Growth of the peak resident set size from now on. Linux lets a process reset its peak (VmHWM) by writing 5
+    to /proc/self/clear_refs, so the import's own peak does not mask the growth; elsewhere the getrusage peak is
+    used, which that can mask."""
+
+    def __init__(self):
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+            self.baseline_kib = self._status_kib("VmRSS")
+        except OSError:
+            self.baseline_kib = None
+            self.baseline_maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    @staticmethod
+    def _status_kib(field: str) -> int:
+        with open("/proc/self/status") as handle:
+            return next(int(line.split()[1]) for line in handle if line.startswith(field + ":"))
+
+    def growth_mib(self) -> float:
+        if self.baseline_kib is not None:
+            return (self._status_kib("VmHWM") - self.baseline_kib) / 1024
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+        return (maxrss - self.baseline_maxrss) * scale / 1024 / 1024
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def machine_description(device: str) -> list[str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    lines = [
+        f"- CPU: {cpu}, {os.cpu_count()} logical cores, torch uses {torch.get_num_threads()} threads",
+        f"- {platform.system()} {platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}",
+    ]
+    if device == "cuda":
+        lines.append(f"- GPU: {torch.cuda.get_device_name()}, CUDA {torch.version.cuda}")
+    if hasattr(os, "getloadavg"):
+        lines.append(
+            f"- load average (1 min) at the start / end of the run: {LOAD_AT_START:.1f} / {os.getloadavg()[0]:.1f} "
+            "(above the core count means other processes shared the CPU)"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="bf16: autocast, fp32 master weights")
+    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    parser.add_argument("--compile", action="store_true", help="torch.compile the training forward of both models")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="a tiny size and 2 rounds: a smoke test")
+    parser.add_argument("--sizes", nargs="*", help=f"subset of {list(SIZES)}")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
+    parser.add_argument("--output", help="markdown file to write (default: bench/results/gpt_<device>.md)")
+    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        return memory_child(args)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+
+    torch.set_flush_denormal(True)  # denormal weights and gradients slow CPU training erratically; same for both
+    dtype = DTYPES[args.dtype]
+    sizes = QUICK_SIZES if args.quick else {name: SIZES[name] for name in (args.sizes or SIZES)}
+    rounds = 2 if args.quick else args.rounds
+    peak, peak_source = peak_flops(args.device, dtype)
+    print(f"peak: {peak / 1e9:.0f} GFLOP/s ({peak_source})", flush=True)
+
+    rows = []
+    for size in sizes.values():
+        models = build_models(size, args.attn, args.device)
+        trainers = {name: Trainer(m, size, args.device, dtype, args.compile) for name, m in models.items()}
+        generators = {name: Generator(m, size, args.device, dtype) for name, m in models.items()}
+        for name in MODELS:  # warm up: optimizer state, allocator, compilation, generate's first call
+            trainers[name].run(1)
+            generators[name].run()
+        train = {name: [] for name in MODELS}
+        generate = {name: [] for name in MODELS}
+        for r in range(rounds):
+            order = MODELS if r % 2 == 0 else MODELS[::-1]
+            for name in order:
+                seconds = trainers[name].run(size.train_steps)
+                train[name].append(size.train_steps * size.batch_size * size.seq_len / seconds)
+            for name in order:
+                generate[name].append(size.generate_batch * size.new_tokens / generators[name].run())
+            print(
+                f"{size.name} round {r + 1}/{rounds}: train "
+                + ", ".join(f"{n} {train[n][-1]:.0f}" for n in MODELS)
+                + " tok/s; generate "
+                + ", ".join(f"{n} {generate[n][-1]:.0f}" for n in MODELS)
+                + " tok/s",
+                flush=True,
+            )
+        flops_per_token = (
+            6 * count_flop_params(models["ours"]) + 12 * size.num_hidden_layers * size.hidden_size * size.seq_len
+        )
+        mfu = {name: [t * flops_per_token / peak for t in train[name]] for name in MODELS}
+
+        memory = {}
+        if not args.no_memory:
+            for task in ("train", "generate"):
+                for name in MODELS:
+                    memory[task, name] = measure_memory_subprocess(args, size, name, task)
+        rows += table_rows(size, train, mfu, generate, memory)
+        del models, trainers, generators
+
+    write_report(args, sizes, rows, peak, peak_source, rounds)
+
+
+def ratio_cells(ours: list[float], reference: list[float]) -> tuple[str, str, str]:
+    ratios = [o / r for o, r in zip(ours, reference)]
+    return (
+        f"{statistics.median(ours):,.0f}",
+        f"{statistics.median(reference):,.0f}",
+        f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f})",
+    )
+
+
+def table_rows(size: Size, train, mfu, generate, memory) -> list[str]:
+    rows = [
+        f"| {size.name} | training tokens/s | " + " | ".join(ratio_cells(train["ours"], train["transformers"])) + " |"
+    ]
+    pct = lambda xs: [100 * x for x in xs]
+    o, r, ratio = ratio_cells(pct(mfu["ours"]), pct(mfu["transformers"]))
+    ours_mfu, ref_mfu = statistics.median(pct(mfu["ours"])), statistics.median(pct(mfu["transformers"]))
+    rows.append(f"| {size.name} | training MFU | {ours_mfu:.1f}% | {ref_mfu:.1f}% | {ratio} |")
+    rows.append(
+        f"| {size.name} | generate tokens/s | "
+        + " | ".join(ratio_cells(generate["ours"], generate["transformers"]))
+        + " |"
+    )
+    for task in ("train", "generate"):
+        if (task, "ours") in memory:
+            o, r = memory[task, "ours"], memory[task, "transformers"]
+            ratio = f"{o / r:.2f}" if r > 0 else "-"
+            rows.append(f"| {size.name} | peak memory, {task} (MiB) | {o:,.0f} | {r:,.0f} | {ratio} |")
+    return rows
+
+
+def write_report(args, sizes, rows, peak, peak_source, rounds) -> None:
+    shapes = [
+        f"- **{s.name}**: vocab {s.vocab_size}, {s.num_hidden_layers} layers, d_model {s.hidden_size}, "
+        f"{s.num_attention_heads} heads, training batch {s.batch_size} x {s.seq_len} tokens "
+        f"({s.train_steps} timed steps per round); generation: batch {s.generate_batch}, prompt {s.prompt_len}, "
+        f"{s.new_tokens} new tokens, greedy, KV cache"
+        for s in sizes.values()
+    ]
+    memory_note = (
+        "growth of the peak RSS of a fresh process from before the model is built to the end of the task "
+        "(weights, gradients, AdamW state, activations / KV cache, allocator slack)"
+        if args.device == "cpu"
+        else "torch.cuda.max_memory_allocated of a fresh process running the task (weights included)"
+    )
+    command = "python bench/bench_gpt.py" + "".join(
+        f" {flag}"
+        for flag in (
+            f"--device {args.device}" if args.device != "cpu" else "",
+            f"--dtype {args.dtype}" if args.dtype != "fp32" else "",
+            f"--attn {args.attn}" if args.attn != "sdpa" else "",
+            "--compile" if args.compile else "",
+            f"--rounds {args.rounds}" if args.rounds != 5 and not args.quick else "",
+            "--quick" if args.quick else "",
+        )
+        if flag
+    )
+    lines = [
+        f"# GPTForCausalLM vs transformers GPT2LMHeadModel ({args.device})",
+        "",
+        f"`{command}`: {args.dtype}, attention `{args.attn}`, {'torch.compile' if args.compile else 'eager mode'}, "
+        f"dropout 0.1 (GPT-2's), AdamW, flush-denormal on, median of {rounds} interleaved rounds.",
+        "Ratio: ours / transformers, median of the per-round ratios (range in brackets); above 1 is faster for "
+        "throughput, below 1 is less memory.",
+        "",
+        *machine_description(args.device),
+        f"- MFU peak: {peak / 1e9:,.0f} GFLOP/s ({peak_source})",
+        "",
+        *shapes,
+        f"- memory: {memory_note}",
+        "",
+        "| size | metric | ours | transformers | ratio |",
+        "|---|---|---:|---:|---:|",
+        *rows,
+        "",
+    ]
+    text = "\n".join(lines)
+    print("\n" + text)
+    output = Path(args.output) if args.output else Path(__file__).parent / "results" / f"gpt_{args.device}.md"
+    if args.quick and not args.output:
+        return  # a smoke test does not overwrite the recorded results
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    print(f"written to {output}")
+
+
+if __name__ == "__main__":
+    main()
