@@ -9,6 +9,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import datasets
+from transformers import DataCollatorForLanguageModeling
+
+from .tokenization import check_special_tokens
 
 STDLIB = "stdlib"
 
@@ -84,3 +87,35 @@ def packed_lm_dataset(texts: Iterable[str], tokenizer, block_size: int) -> datas
     if not blocks:
         raise ValueError(f"the corpus holds fewer than block_size={block_size} tokens; use more text or smaller blocks")
     return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+
+
+def packed_mlm_dataset(texts: Iterable[str], tokenizer, block_size: int) -> datasets.Dataset:
+    """Masked-LM pretraining blocks, packed as RoBERTa's FULL-SENTENCES inputs (Liu et al. 2019): the documents are
+    concatenated with [SEP] between them and cut into blocks of `block_size - 2` tokens, each wrapped as
+    [CLS] block [SEP]. No padding anywhere.
+
+    Columns: `input_ids` and `special_tokens_mask` (so the collator never masks [CLS] / [SEP]). Masking is done per
+    batch by `masked_lm_collator`, so each epoch sees new masks."""
+    ids = check_special_tokens(tokenizer, ("cls_token", "sep_token"), purpose="packing masked-LM blocks")
+    cls, sep = ids["cls_token"], ids["sep_token"]
+    documents = (tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] for text in texts)
+    blocks = [[cls, *block, sep] for block in pack_token_ids(documents, block_size - 2, sep)]
+    if not blocks:
+        raise ValueError(f"the corpus holds fewer than block_size={block_size} tokens; use more text or smaller blocks")
+    special = [tokenizer.get_special_tokens_mask(block, already_has_special_tokens=True) for block in blocks]
+    return datasets.Dataset.from_dict({"input_ids": blocks, "special_tokens_mask": special})
+
+
+def masked_lm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | None = None):
+    """BERT's masking (Devlin et al. 2019, section 3.1) by transformers' `DataCollatorForLanguageModeling`: each
+    non-special token is chosen with probability `mlm_probability`; a chosen token becomes [MASK] 80% of the time, a
+    random token 10%, and stays itself 10%; `labels` hold the original ids at the chosen positions, -100 elsewhere."""
+    check_special_tokens(tokenizer, ("mask_token", "pad_token"), purpose="masked-LM training")
+    return DataCollatorForLanguageModeling(
+        tokenizer,
+        mlm=True,
+        mlm_probability=mlm_probability,
+        mask_replace_prob=0.8,
+        random_replace_prob=0.1,
+        seed=seed,
+    )
