@@ -273,6 +273,10 @@ class ModelTesterMixin:
             else:
                 assert not torch.allclose(out[:, :t], base[:, :t], atol=1e-5), f"{cls.__name__} is not bidirectional"
             assert not torch.allclose(out[:, t:], base[:, t:], atol=1e-5), f"{cls.__name__} ignores its input"
+            if self.is_encoder_decoder:  # every target position reads the source
+                out = self.forward_main(model, dict(inputs, input_ids=self.random_ids(seed=5)))
+                unchanged = torch.isclose(out, base, atol=1e-5).all(-1)
+                assert not unchanged.any(), f"{cls.__name__}: target positions ignore the source"
 
     def test_batch_independence(self):
         for cls in self.model_classes:
@@ -354,14 +358,21 @@ class ModelTesterMixin:
 
     def test_greedy_equals_manual_argmax_loop(self):
         cls = self.lm_class
-        if cls is None or self.is_encoder_decoder:
-            pytest.skip("decoder-only check")
+        if cls is None:
+            pytest.skip("no generating head")
         model = self.make_model(cls)
         inputs = self.generate_inputs(batch_size=1)
-        ids = inputs["input_ids"]
+        if self.is_encoder_decoder:  # the decoder starts from its start token and reads the whole source each step
+            start = model.generation_config.decoder_start_token_id
+            start = model.config.bos_token_id if start is None else start
+            ids = torch.tensor([[start]])
+            step = lambda ids: model(**inputs, decoder_input_ids=ids).logits[:, -1]
+        else:
+            ids = inputs["input_ids"]
+            step = lambda ids: model(input_ids=ids).logits[:, -1]
         with torch.no_grad():
             for _ in range(6):
-                logits = model(input_ids=ids).logits[:, -1]
+                logits = step(ids)
                 logits[:, EOS] = -float("inf")  # as min_new_tokens does
                 ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
         assert torch.equal(self.generate(model, inputs, do_sample=False), ids)
@@ -402,8 +413,46 @@ class ModelTesterMixin:
                 alone = self.generate(
                     model, {"input_ids": p[None], "attention_mask": torch.ones(1, len(p), dtype=torch.long)}, **kwargs
                 )
-                new_batch = batch[i, -6:] if left else batch[i][batch[i] != PAD][-6:]
-                assert torch.equal(new_batch, alone[0, -6:]), f"prompt {i} {kwargs}"
+                # the 6 new tokens end every row (an encoder-decoder returns only the decoder's sequence)
+                assert torch.equal(batch[i, -6:], alone[0, -6:]), f"prompt {i} {kwargs}"
+
+    def test_generate_from_encoder_outputs_equals_from_input_ids(self):
+        """generate() accepts a source encoded once beforehand (right-padded here) in place of input_ids."""
+        cls = self.lm_class
+        if cls is None or not self.is_encoder_decoder:
+            pytest.skip("encoder-decoder check")
+        model = self.make_model(cls)
+        inputs = self.generate_inputs()
+        inputs["input_ids"][0, -2:], inputs["attention_mask"][0, -2:] = PAD, 0
+        for kwargs in ({"do_sample": False}, {"do_sample": False, "num_beams": 2}):
+            with torch.no_grad():
+                encoded = model.get_encoder()(**inputs)
+            precomputed = self.generate(
+                model, {"encoder_outputs": encoded, "attention_mask": inputs["attention_mask"]}, **kwargs
+            )
+            assert torch.equal(precomputed, self.generate(model, inputs, **kwargs)), kwargs
+
+    def test_seq2seq_loss_scores_labels_unshifted(self):
+        """Encoder-decoder labels are aligned with the decoder outputs: the loss must not shift them again, and
+        labels alone feed the decoder the labels shifted right behind the start token."""
+        cls = self.lm_class
+        if cls is None or not self.is_encoder_decoder:
+            pytest.skip("encoder-decoder check")
+        model = self.make_model(cls)
+        inputs = self.make_inputs(cls, labels=True)
+        inputs["labels"][0, -2:] = -100
+        with torch.no_grad():
+            out = model(**inputs)
+            by_hand = torch.nn.functional.cross_entropy(
+                out.logits.reshape(-1, out.logits.shape[-1]), inputs["labels"].reshape(-1), ignore_index=-100
+            )
+            torch.testing.assert_close(out.loss, by_hand)
+            labels_only = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}
+            shifted = model.prepare_decoder_input_ids_from_labels(inputs["labels"])
+            assert torch.equal(shifted[:, 1:3], inputs["labels"][:, :2])
+            torch.testing.assert_close(
+                model(**labels_only).logits, model(**dict(inputs, decoder_input_ids=shifted)).logits
+            )
 
     # ---------------------------------------------------------------- training machinery
     def test_trainer_gradient_accumulation_is_exact(self, tmp_path):
