@@ -120,6 +120,11 @@ class ModelTesterMixin:
                 return self.fam.model_class(auto)
         return None
 
+    @property
+    def trained_class(self):
+        """The class the Trainer checks train (the pretraining head: the generating one, or e.g. a masked LM)."""
+        return self.lm_class
+
     def generate_inputs(self, seed=0, batch_size=2, seq_len=5) -> dict:
         ids = self.random_ids(batch_size, seq_len, seed)
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -228,8 +233,8 @@ class ModelTesterMixin:
             if "labels" in inputs or "start_positions" in inputs:
                 assert out.loss is not None and torch.isfinite(out.loss), cls.__name__
                 loss = out.loss
-            else:  # a base model: any function of its output must reach every parameter
-                loss = main_output(out).pow(2).mean()
+            else:  # a base model: any function of its outputs (e.g. BERT's pooled output too) must reach every parameter
+                loss = sum(v.pow(2).mean() for v in out.values() if torch.is_tensor(v) and v.is_floating_point())
             loss.backward()
             for name, param in model.named_parameters():
                 if any(skip in name for skip in self.params_without_grad):
@@ -309,7 +314,8 @@ class ModelTesterMixin:
                     single["decoder_input_ids"] = batch["decoder_input_ids"][i : i + 1]
                 alone = self.forward_main(model, single)[0]
                 got = out[i]
-                if got.dim() >= 2 and not self.is_encoder_decoder:  # per-token outputs: compare the real tokens
+                per_token = got.dim() >= 2 or cls.__name__.endswith("ForQuestionAnswering")  # QA: (B, T) scores
+                if per_token and not self.is_encoder_decoder:  # per-token outputs: compare the real tokens
                     span = slice(0, len(row)) if side == "right" else slice(self.seq_len - len(row), self.seq_len)
                     got = got[span]
                 torch.testing.assert_close(got, alone, rtol=1e-4, atol=1e-5, msg=f"{cls.__name__} row {i} ({side})")
@@ -457,7 +463,7 @@ class ModelTesterMixin:
     # ---------------------------------------------------------------- training machinery
     def test_trainer_gradient_accumulation_is_exact(self, tmp_path):
         """One SGD step on batch 8 == one step on 4 accumulated micro-batches of 2."""
-        cls = self.lm_class
+        cls = self.trained_class
         if cls is None or not self.expensive_checks:
             pytest.skip("checked once per family, on the generating head")
         rows = self.make_inputs(cls, batch_size=8, labels=True)

@@ -86,8 +86,8 @@ class BERTPooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden_states):
-        return torch.tanh(self.dense(hidden_states[:, 0]))  # the [CLS] token: (B, C)
+    def forward(self, first_token_states):
+        return torch.tanh(self.dense(first_token_states))  # (B, C)
 
 
 class BERTLMHead(nn.Module):
@@ -184,9 +184,16 @@ class BERTModel(BERTPreTrainedModel):
         hidden_states = self.norm(hidden_states)
         if output_hidden_states:
             all_hidden_states.append(hidden_states)
+        pooled = None
+        if self.pooler is not None:
+            # The first real token ([CLS]): slot 0 with right padding, after the pads with left padding.
+            first = torch.zeros(batch_size, dtype=torch.long, device=hidden_states.device)
+            if attention_mask is not None and attention_mask.dim() == 2:
+                first = attention_mask.long().argmax(-1)
+            pooled = self.pooler(hidden_states[torch.arange(batch_size, device=hidden_states.device), first])
         return BaseModelOutputWithPooling(
             last_hidden_state=hidden_states,
-            pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            pooler_output=pooled,
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
         )
