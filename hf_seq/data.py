@@ -119,3 +119,37 @@ def masked_lm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | Non
         random_replace_prob=0.1,
         seed=seed,
     )
+
+
+LOCALE_DIR = Path("/usr/share/locale")
+
+
+def gettext_pairs(target_language: str = "fr", max_pairs: int | None = None, max_chars: int = 200) -> list[dict]:
+    """English messages paired with their translations, read from the gettext catalogs (`.mo`) that programs install
+    under /usr/share/locale: a small parallel corpus on any Linux machine, no download. Pairs are deduplicated,
+    limited to single-line messages of at most `max_chars` characters, and returned in a fixed order."""
+    import gettext
+
+    folder = LOCALE_DIR / target_language / "LC_MESSAGES"
+    catalogs = sorted(folder.glob("*.mo")) if folder.is_dir() else []
+    if not catalogs:
+        raise FileNotFoundError(
+            f"No gettext catalogs for {target_language!r} under {folder}. Install translated packages (on Debian or "
+            f"Ubuntu: the language's locale packages, e.g. `apt-get install language-pack-{target_language}`), choose "
+            "another target_language, or pass a parallel dataset with data.dataset=..."
+        )
+    pairs: dict[str, str] = {}
+    for path in catalogs:
+        try:
+            with open(path, "rb") as handle:
+                catalog = gettext.GNUTranslations(handle)._catalog
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # a catalog in a legacy encoding or damaged: skip it
+        for source, target in catalog.items():
+            if not isinstance(source, str) or not source.strip() or not isinstance(target, str) or not target.strip():
+                continue  # plural forms are keyed by tuples; the header has an empty msgid
+            if "\n" in source or "\n" in target or len(source) > max_chars or len(target) > max_chars:
+                continue
+            pairs.setdefault(source.strip(), target.strip())
+    rows = [{"source": s, "target": t} for s, t in sorted(pairs.items())]
+    return rows[:max_pairs]
