@@ -12,6 +12,7 @@ our fused projections with the `"concat"` rule (a fused K/V of cross-attention l
 """
 
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -20,7 +21,9 @@ import torch
 import transformers
 from transformers import PreTrainedConfig, PreTrainedModel
 
+from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
+from .models.modeling_bert import BERTForMaskedLM, BERTModel
 from .models.modeling_gpt import GPTForCausalLM, GPTModel
 
 
@@ -68,9 +71,15 @@ def register_conversion(conversion: Conversion) -> None:
     CONVERSIONS[conversion.reference] = conversion
 
 
-def from_transformers(model: PreTrainedModel) -> PreTrainedModel:
+def from_transformers(model: PreTrainedModel | str | os.PathLike) -> PreTrainedModel:
     """The hf-seq model with the same weights as a `transformers` reference model (same device, dtype and attention
-    implementation); its outputs equal the reference's up to float rounding."""
+    implementation); its outputs equal the reference's up to float rounding.
+
+    `model` may also be a checkpoint saved by transformers (a folder or a Hub name): it is loaded with the reference
+    class its config names (`architectures`, e.g. `BertForMaskedLM`) and converted. The tokenizer files are not
+    touched: `AutoTokenizer.from_pretrained` of the same folder gives the tokenizer that goes with the result."""
+    if isinstance(model, (str, os.PathLike)):
+        model = _load_reference(model)
     conversion = CONVERSIONS.get(type(model))
     if conversion is None:
         raise ValueError(
@@ -78,6 +87,18 @@ def from_transformers(model: PreTrainedModel) -> PreTrainedModel:
             f"{sorted(c.reference.__name__ for c in CONVERSIONS.values())}."
         )
     return _convert(model, conversion.ours, conversion.config_to_ours(model.config), conversion, to_reference=False)
+
+
+def _load_reference(path: str | os.PathLike) -> PreTrainedModel:
+    architectures = transformers.AutoConfig.from_pretrained(path).architectures or []
+    by_name = {c.reference.__name__: c.reference for c in CONVERSIONS.values()}
+    known = [name for name in architectures if name in by_name]
+    if not known:
+        raise ValueError(
+            f"from_transformers: the checkpoint {str(path)!r} names the architectures {architectures}; supported: "
+            f"{sorted(by_name)}."
+        )
+    return by_name[known[0]].from_pretrained(path)
 
 
 def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
@@ -265,6 +286,134 @@ register_conversion(
     )
 )
 
-# BERT (BertModel, BertForMaskedLM) and MarianMTModel: add their entries here with register_conversion.
+# BERT (Devlin et al. 2019) <-> BERT ------------------------------------------------------------------------------
+
+# BERT's activation names -> ours.
+_BERT_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu"}
+
+
+def _bert_config_to_ours(config, head: bool) -> BERTConfig:
+    for option in ("is_decoder", "add_cross_attention"):
+        if getattr(config, option, False):
+            raise ValueError(
+                f"from_transformers: BertConfig.{option}=True has no BERTConfig equivalent (an encoder only)."
+            )
+    if config.hidden_act not in _BERT_ACTIVATIONS:
+        raise ValueError(
+            f"from_transformers: BertConfig.hidden_act={config.hidden_act!r} has no BERTConfig equivalent; "
+            f"supported: {sorted(_BERT_ACTIVATIONS)}."
+        )
+    if head and not config.tie_word_embeddings:
+        raise ValueError("from_transformers: BertForMaskedLM with tie_word_embeddings=False is not supported.")
+    return BERTConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+        type_vocab_size=config.type_vocab_size,
+        norm_type="layernorm",
+        norm_position="post",
+        layer_norm_eps=config.layer_norm_eps,
+        hidden_act=_BERT_ACTIVATIONS[config.hidden_act],
+        hidden_dropout=config.hidden_dropout_prob,
+        attention_dropout=config.attention_probs_dropout_prob,
+        classifier_dropout=config.classifier_dropout,
+        initializer_range=config.initializer_range,
+        tie_word_embeddings=config.tie_word_embeddings,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        id2label=config.id2label,
+    )
+
+
+def _bert_config_to_reference(config: BERTConfig, head: bool):
+    bert_options = {"norm_type": "layernorm", "norm_position": "post", "attention_bias": True, "mlp_bias": True}
+    for option, supported in bert_options.items():
+        if getattr(config, option) != supported:
+            raise ValueError(
+                f"to_transformers: BERTConfig.{option}={getattr(config, option)!r} has no BERT equivalent "
+                f"(BertModel needs {option}={supported!r})."
+            )
+    if config.hidden_act not in ("gelu", "gelu_new", "relu"):
+        raise ValueError(
+            f"to_transformers: BERTConfig.hidden_act={config.hidden_act!r} has no BERT equivalent; "
+            "supported: ['gelu', 'gelu_new', 'relu']."
+        )
+    if head and not config.tie_word_embeddings:
+        raise ValueError("to_transformers: BERTForMaskedLM with tie_word_embeddings=False is not supported.")
+    return transformers.BertConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size,
+        hidden_act=config.hidden_act,
+        hidden_dropout_prob=config.hidden_dropout,
+        attention_probs_dropout_prob=config.attention_dropout,
+        max_position_embeddings=config.max_position_embeddings,
+        type_vocab_size=config.type_vocab_size,
+        initializer_range=config.initializer_range,
+        layer_norm_eps=config.layer_norm_eps,
+        classifier_dropout=config.classifier_dropout,
+        tie_word_embeddings=config.tie_word_embeddings,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        id2label=config.id2label,
+    )
+
+
+def _bert_rules(config: BERTConfig, head: bool) -> list[Rule]:
+    ours, ref = ("model.", "bert.") if head else ("", "")
+    rules = [
+        Rule(f"{ours}embeddings.{name}.weight", (f"{ref}embeddings.{name}.weight",))
+        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+    ]
+    rules += [Rule(f"{ours}embeddings.norm.{p}", (f"{ref}embeddings.LayerNorm.{p}",)) for p in ("weight", "bias")]
+    for i in range(config.num_hidden_layers):
+        our_layer, bert_layer = f"{ours}layers.{i}", f"{ref}encoder.layer.{i}"
+        attention = f"{bert_layer}.attention.self"
+        for p in ("weight", "bias"):
+            # BERT projects q, k, v separately; our fused projection is the three stacked in that order.
+            qkv = tuple(f"{attention}.{name}.{p}" for name in ("query", "key", "value"))
+            rules += [
+                Rule(f"{our_layer}.self_attn.qkv_proj.{p}", qkv, "concat"),
+                Rule(f"{our_layer}.self_attn.o_proj.{p}", (f"{bert_layer}.attention.output.dense.{p}",)),
+                Rule(f"{our_layer}.input_layernorm.{p}", (f"{bert_layer}.attention.output.LayerNorm.{p}",)),
+                Rule(f"{our_layer}.mlp.up_proj.{p}", (f"{bert_layer}.intermediate.dense.{p}",)),
+                Rule(f"{our_layer}.mlp.down_proj.{p}", (f"{bert_layer}.output.dense.{p}",)),
+                Rule(f"{our_layer}.post_attention_layernorm.{p}", (f"{bert_layer}.output.LayerNorm.{p}",)),
+            ]
+    for p in ("weight", "bias"):
+        if head:  # BertForMaskedLM has no pooler; its decoder weight is the tied word embedding matrix
+            rules += [
+                Rule(f"lm_head.dense.{p}", (f"cls.predictions.transform.dense.{p}",)),
+                Rule(f"lm_head.norm.{p}", (f"cls.predictions.transform.LayerNorm.{p}",)),
+            ]
+        else:
+            rules.append(Rule(f"pooler.dense.{p}", (f"pooler.dense.{p}",)))
+    if head:
+        rules.append(Rule("lm_head.decoder.bias", ("cls.predictions.bias",)))
+    return rules
+
+
+for _reference, _ours, _head in (
+    (transformers.BertForMaskedLM, BERTForMaskedLM, True),
+    (transformers.BertModel, BERTModel, False),
+):
+    register_conversion(
+        Conversion(
+            _reference,
+            _ours,
+            partial(_bert_config_to_ours, head=_head),
+            partial(_bert_config_to_reference, head=_head),
+            partial(_bert_rules, head=_head),
+        )
+    )
+
+# MarianMTModel: add its entry here with register_conversion.
 
 __all__ = ["CONVERSIONS", "Conversion", "Rule", "from_transformers", "register_conversion", "to_transformers"]

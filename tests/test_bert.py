@@ -1,5 +1,8 @@
+import random
+
 import pytest
 import torch
+import transformers
 
 from hf_seq import (
     BERTConfig,
@@ -9,6 +12,8 @@ from hf_seq import (
     BERTForTokenClassification,
     BERTModel,
 )
+from hf_seq.convert import from_transformers, to_transformers
+from hf_seq.tokenization import train_bpe_tokenizer
 from tests.tester import ModelTesterMixin
 
 
@@ -36,6 +41,16 @@ class TestBERTEager(TestBERT):
 
 
 TINY = dict(vocab_size=99, **TestBERT.config_kwargs)
+WORDS = "the cat sat on a mat while dog ran to park and bird sang in tree".split()
+
+
+def corpus(n=300, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 20))) for _ in range(n)]
+
+
+def bert_tokenizer():
+    return train_bpe_tokenizer(corpus(), vocab_size=300, style="bert", model_max_length=32)
 
 
 def make(cls, seed=0, **overrides):
@@ -183,3 +198,107 @@ def test_token_classification_ignores_minus_100():
         out = model(ids, labels=labels)
     kept = labels != -100
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[kept], labels[kept]))
+
+
+# ---------------------------------------------------------------- conversion to and from transformers' BERT
+def randomize(model, seed=0):
+    """Every parameter random (biases and norms too), so that a swapped or missing tensor shows in the outputs."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            base = 1.0 if "norm" in name.lower() and name.endswith("weight") else 0.0
+            param.copy_(base + 0.1 * torch.randn(param.shape, generator=g))
+    return model.eval()
+
+
+def reference_bert(cls, **overrides):
+    kwargs = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        type_vocab_size=2,
+    )
+    torch.manual_seed(0)
+    return randomize(cls(transformers.BertConfig(**{**kwargs, **overrides})))
+
+
+def pair_inputs():
+    ids = torch.randint(3, 99, (2, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0  # right padding, as BERT's tokenizers pad
+    types = torch.tensor([[0] * 5 + [1] * 4, [0] * 3 + [1] * 3 + [0] * 3])
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_bert_model_converts_both_ways_with_equal_outputs(implementation):
+    reference = reference_bert(transformers.BertModel)
+    reference.set_attn_implementation(implementation)
+    ours = from_transformers(reference)
+    assert type(ours) is BERTModel and ours.config._attn_implementation == implementation
+    inputs, real = pair_inputs(), pair_inputs()["attention_mask"].bool()
+    with torch.no_grad():
+        expected, got = reference(**inputs), ours(**inputs)
+        back = to_transformers(ours)(**inputs)
+    torch.testing.assert_close(got.last_hidden_state[real], expected.last_hidden_state[real], rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.pooler_output, expected.pooler_output, rtol=0, atol=1e-5)
+    torch.testing.assert_close(back.last_hidden_state, expected.last_hidden_state, rtol=0, atol=0)
+
+
+def test_bert_masked_lm_converts_both_ways_with_equal_logits():
+    reference = reference_bert(transformers.BertForMaskedLM)
+    ours = from_transformers(reference)
+    assert type(ours) is BERTForMaskedLM
+    assert ours.lm_head.decoder.weight is ours.model.embeddings.word_embeddings.weight
+    inputs, real = pair_inputs(), pair_inputs()["attention_mask"].bool()
+    labels = torch.where(real, inputs["input_ids"], -100)
+    with torch.no_grad():
+        expected, got = reference(**inputs, labels=labels), ours(**inputs, labels=labels)
+    torch.testing.assert_close(got.logits[real], expected.logits[real], rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+    back = to_transformers(randomize(ours, seed=3))
+    assert type(back) is transformers.BertForMaskedLM
+    with torch.no_grad():
+        torch.testing.assert_close(back(**inputs).logits[real], ours(**inputs).logits[real], rtol=0, atol=1e-5)
+
+
+def test_bert_conversion_refuses_what_the_other_side_cannot_represent():
+    with pytest.raises(ValueError, match="norm_position='pre'"):
+        to_transformers(make(BERTModel, norm_position="pre"))
+    with pytest.raises(ValueError, match="hidden_act='swiglu'"):
+        to_transformers(make(BERTForMaskedLM, hidden_act="swiglu"))
+    with pytest.raises(ValueError, match="is_decoder"):
+        from_transformers(reference_bert(transformers.BertModel, is_decoder=True))
+
+
+def test_a_bert_checkpoint_saved_by_transformers_converts_with_the_same_embeddings(tmp_path):
+    """config.json + model.safetensors + tokenizer files, written by transformers, become an hf-seq model (saved with
+    its tokenizer and reloaded through the Auto classes) that embeds text exactly as the original."""
+    tokenizer = bert_tokenizer()
+    reference = reference_bert(
+        transformers.BertForMaskedLM, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id
+    )
+    reference.save_pretrained(tmp_path / "bert")
+    tokenizer.save_pretrained(tmp_path / "bert")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "bert").iterdir()}
+
+    ours = from_transformers(tmp_path / "bert")
+    assert type(ours) is BERTForMaskedLM
+    ours.save_pretrained(tmp_path / "ours")
+    transformers.AutoTokenizer.from_pretrained(tmp_path / "bert").save_pretrained(tmp_path / "ours")
+    reloaded = transformers.AutoModel.from_pretrained(tmp_path / "ours")  # the encoder alone, as feature extraction
+    assert type(reloaded) is BERTModel
+
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
+    batch = tok(
+        ["the cat sat on the mat", "a dog ran"], ["in the park", "to the tree"], padding=True, return_tensors="pt"
+    )
+    assert batch["token_type_ids"].max() == 1
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        expected = transformers.BertModel.from_pretrained(tmp_path / "bert")(**batch).last_hidden_state
+        got = reloaded(**batch).last_hidden_state
+    torch.testing.assert_close(got[real], expected[real], rtol=0, atol=1e-5)
