@@ -32,6 +32,17 @@ class Family:
 
 FAMILIES: tuple[Family, ...] = (
     Family(
+        "rnn",
+        "hf_seq_rnn",
+        "RNNConfig",
+        {
+            "AutoModel": "RNNModel",
+            "AutoModelForCausalLM": "RNNForCausalLM",
+            "AutoModelForSequenceClassification": "RNNForSequenceClassification",
+            "AutoModelForTokenClassification": "RNNForTokenClassification",
+        },
+    ),
+    Family(
         "gpt",
         "hf_seq_gpt",
         "GPTConfig",

@@ -1,0 +1,318 @@
+"""Recurrent layers shared by the recurrent families (the RNN language models and the RNN encoder-decoder).
+
+Four cells; x_t is the input at step t, h_t the state, sigm the logistic function, * the elementwise product:
+
+- `elman` (Elman 1990, "Finding structure in time"): h_t = f(W_xh x_t + W_hh h_{t-1} + b), f = tanh or relu.
+  nn.RNN keeps two bias vectors; b = b_ih + b_hh.
+- `gated`, the gated Elman network: an update gate decides how much of the old state each unit keeps,
+      z_t = sigm(W_xz x_t + W_hz h_{t-1} + b_z)
+      h_t = z_t * h_{t-1} + (1 - z_t) * relu(W_xh x_t + W_hh h_{t-1} + b_h)
+- `gru` (Cho et al. 2014, eqs. 5-8), as cuDNN and nn.GRU compute it, with the reset gate applied after the
+  recurrent product:
+      r_t = sigm(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr),   z_t = sigm(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
+      n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn)),   h_t = (1 - z_t) * n_t + z_t * h_{t-1}
+- `lstm` (Hochreiter and Schmidhuber 1997, with the forget gate of Gers et al. 2000):
+      i_t, f_t, o_t = sigm(W_x. x_t + W_h. h_{t-1} + b_.),   g_t = tanh(W_xg x_t + W_hg h_{t-1} + b_g)
+      c_t = f_t * c_{t-1} + i_t * g_t,   h_t = o_t * tanh(c_t)
+
+`elman`, `gru` and `lstm` run PyTorch's fused kernels (cuDNN on GPU, ATen on CPU) through nn.RNN, nn.GRU and
+nn.LSTM: a whole sequence per call, never a Python loop per step. The gated cell has no fused kernel, so
+`GatedElman` does what can be done without one: the input projections of all steps in one matrix product, then a
+step loop of one (B, H) x (H, 2H) product and a few elementwise operations, with backpropagation through time
+written out by hand (`_GatedElmanScan`) so that autograd records one node per sequence instead of ~8 per step.
+
+Padding: a mask (B, T), 1 on real tokens, may put pads anywhere (right padding for training, left padding for
+generation). `RecurrentStack` moves each row's real tokens to the front, runs packed sequences of each row's own
+length (so a state stops at the row's last real token and the backward direction starts there), and puts the
+outputs back in place, zeros on the pads: each row of a padded batch gets what it gets alone.
+
+Shapes: B batch, T time steps, I input features, H hidden units per direction, D directions (1 or 2), L layers.
+Tensors are batch-first; states are (L * D, B, H), layer-major, as PyTorch's recurrent modules lay them out.
+"""
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+CELL_TYPES = ("elman", "gated", "gru", "lstm")
+NONLINEARITIES = ("tanh", "relu")
+
+
+# ---------------------------------------------------------------------------------------- the gated Elman network
+def _gated_elman_loop(projected, weight_hh, h, mask, keep_gates: bool):
+    """The recurrence of the gated cell. `projected` (B, T, 2H) holds W_x x_t + b for every step, the update gate's
+    rows first, then the candidate's; `mask` (B, T) or None: on a False step the state is carried over unchanged.
+    Returns the states (B, T, H), the last state (B, H) and, with `keep_gates`, z_t and the candidates for backward."""
+    batch_size, steps, _ = projected.shape
+    size = h.shape[-1]
+    states = projected.new_empty(batch_size, steps, size)
+    gates = candidates = None
+    if keep_gates:
+        gates, candidates = projected.new_empty(batch_size, steps, size), projected.new_empty(batch_size, steps, size)
+    weight_hh_t = weight_hh.t()
+    for t in range(steps):
+        a = torch.addmm(projected[:, t], h, weight_hh_t)  # (B, 2H)
+        z = torch.sigmoid(a[:, :size])
+        candidate = torch.relu(a[:, size:])
+        new_h = candidate + z * (h - candidate)  # z * h + (1 - z) * candidate
+        h = new_h if mask is None else torch.where(mask[:, t, None], new_h, h)
+        states[:, t] = h
+        if keep_gates:
+            gates[:, t], candidates[:, t] = z, candidate
+    return states, h, gates, candidates
+
+
+class _GatedElmanScan(torch.autograd.Function):
+    """The gated recurrence with its gradient written out (backpropagation through time):
+    with a_t = (a_z, a_c) the pre-activations and h_t = c + z (h_{t-1} - c),
+        dL/da_z = dh_t (h_{t-1} - c_t) z_t (1 - z_t),   dL/da_c = dh_t (1 - z_t) [c_t > 0],
+        dL/dh_{t-1} = dh_t z_t + dL/da_t W_hh   (+ the loss's own gradient at step t - 1),
+        dL/dW_hh = sum_t dL/da_t^T h_{t-1}   (one matrix product over all steps)."""
+
+    @staticmethod
+    def forward(ctx, projected, weight_hh, h0, mask):
+        states, h, gates, candidates = _gated_elman_loop(projected, weight_hh, h0, mask, keep_gates=True)
+        ctx.save_for_backward(weight_hh, h0, states, gates, candidates, mask)
+        return states, h
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_states, grad_last):
+        weight_hh, h0, states, gates, candidates, mask = ctx.saved_tensors
+        batch_size, steps, size = states.shape
+        previous = torch.cat([h0[:, None], states[:, :-1]], 1)  # h_{t-1}, (B, T, H)
+        grad_a = states.new_empty(batch_size, steps, 2 * size)
+        grad_h = grad_last.clone()
+        for t in range(steps - 1, -1, -1):
+            grad_h = grad_h + grad_states[:, t]
+            z, candidate = gates[:, t], candidates[:, t]
+            grad_az = grad_h * (previous[:, t] - candidate) * z * (1 - z)
+            grad_ac = grad_h * (1 - z) * (candidate > 0)
+            grad_at = torch.cat([grad_az, grad_ac], 1)  # (B, 2H)
+            if mask is None:
+                grad_h = torch.addmm(grad_h * z, grad_at, weight_hh)
+            else:  # a carried step passes its gradient through unchanged
+                keep = mask[:, t, None]
+                grad_at = grad_at * keep
+                grad_h = torch.where(keep, torch.addmm(grad_h * z, grad_at, weight_hh), grad_h)
+            grad_a[:, t] = grad_at
+        grad_weight_hh = grad_a.flatten(0, 1).t() @ previous.flatten(0, 1)  # (2H, H)
+        return grad_a, grad_weight_hh, grad_h, None
+
+
+def gated_elman_scan(projected, weight_hh, h0, mask=None):
+    """Run the gated recurrence over (B, T, 2H) input projections from state h0 (B, H); returns ((B, T, H), (B, H))."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (projected, weight_hh, h0)):
+        return _GatedElmanScan.apply(projected, weight_hh, h0, mask)
+    return _gated_elman_loop(projected, weight_hh, h0, mask, keep_gates=False)[:2]
+
+
+def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """Reverse each row's first `lengths[b]` steps in time (all of them without lengths), leaving the rest."""
+    if lengths is None:
+        return x.flip(1)
+    steps = torch.arange(x.shape[1], device=x.device)
+    lengths = lengths.to(x.device)[:, None]
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)  # (B, T)
+    return x.gather(1, index[..., None].expand_as(x))
+
+
+class GatedElman(nn.Module):
+    """One layer of the gated Elman network (see the module docstring), one or two directions, with the interface of
+    a one-layer batch-first nn.RNN: `forward(x, hx, lengths) -> (output (B, T, D*H), h_n (D, B, H))`.
+
+    Parameters are named as nn.RNN names them: `weight_ih_l0` (2H, I) = [W_xz; W_xh], `weight_hh_l0` (2H, H) =
+    [W_hz; W_hh], `bias_l0` (2H) = [b_z; b_h], and the same with `_reverse` for the backward direction."""
+
+    def __init__(self, input_size: int, hidden_size: int, bidirectional: bool = False):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.num_directions = 2 if bidirectional else 1
+        self.suffixes = ("", "_reverse")[: self.num_directions]
+        for suffix in self.suffixes:
+            self.register_parameter(f"weight_ih_l0{suffix}", nn.Parameter(torch.empty(2 * hidden_size, input_size)))
+            self.register_parameter(f"weight_hh_l0{suffix}", nn.Parameter(torch.empty(2 * hidden_size, hidden_size)))
+            self.register_parameter(f"bias_l0{suffix}", nn.Parameter(torch.empty(2 * hidden_size)))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = self.hidden_size**-0.5  # nn.RNN's initialisation
+        for param in self.parameters():
+            nn.init.uniform_(param, -bound, bound)
+
+    def forward(self, x, hx=None, lengths=None):
+        """x (B, T, I) with each row's real steps first, `lengths` (B,) of them (None: all T are real)."""
+        batch_size, steps = x.shape[:2]
+        if hx is None:
+            hx = x.new_zeros(self.num_directions, batch_size, self.hidden_size)
+        mask = None
+        if lengths is not None:
+            mask = torch.arange(steps, device=x.device) < lengths.to(x.device)[:, None]
+        outputs, last = [], []
+        for direction, suffix in enumerate(self.suffixes):
+            sequence = x if direction == 0 else _reverse_padded(x, lengths)
+            projected = nn.functional.linear(
+                sequence, getattr(self, f"weight_ih_l0{suffix}"), getattr(self, f"bias_l0{suffix}")
+            )  # (B, T, 2H): every step's input projection in one product
+            states, h = gated_elman_scan(projected, getattr(self, f"weight_hh_l0{suffix}"), hx[direction], mask)
+            outputs.append(states if direction == 0 else _reverse_padded(states, lengths))
+            last.append(h)
+        return torch.cat(outputs, -1), torch.stack(last)
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.hidden_size}, bidirectional={self.num_directions == 2}"
+
+
+# ------------------------------------------------------------------------------------------------ layer and stack
+class RecurrentLayer(GradientCheckpointingLayer):
+    """One layer, one or two directions: a one-layer fused nn.RNN / nn.GRU / nn.LSTM, or a GatedElman.
+
+    A GradientCheckpointingLayer, so `model.activation_checkpointing_enable()` recomputes the layer in the backward
+    pass instead of keeping its activations (the tensors it gets are positional for that reason)."""
+
+    def __init__(
+        self, cell_type: str, input_size: int, hidden_size: int, nonlinearity: str = "tanh", bidirectional=False
+    ):
+        super().__init__()
+        self.cell_type = cell_type
+        kwargs = dict(batch_first=True, bidirectional=bidirectional)
+        if cell_type == "elman":
+            self.rnn = nn.RNN(input_size, hidden_size, nonlinearity=nonlinearity, **kwargs)
+        elif cell_type == "gru":
+            self.rnn = nn.GRU(input_size, hidden_size, **kwargs)
+        elif cell_type == "lstm":
+            self.rnn = nn.LSTM(input_size, hidden_size, **kwargs)
+        else:
+            self.rnn = GatedElman(input_size, hidden_size, bidirectional)
+
+    def forward(self, x, hidden=None, cell=None, lengths=None):
+        """x (B, T, I), rows' real steps first; hidden, cell (D, B, H) or None (zeros); lengths (B,) >= 1 or None.
+        Returns the outputs (B, T, D*H), zero after each row's length, and the last hidden and cell states."""
+        if self.cell_type == "gated":
+            output, hidden = self.rnn(x, hidden, lengths)
+            return output, hidden, None
+        hx = hidden
+        if self.cell_type == "lstm" and hidden is not None:
+            hx = (hidden, cell)
+        if lengths is None:
+            output, state = self.rnn(x, hx)
+        else:
+            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            output, state = self.rnn(packed, hx)
+            output, _ = pad_packed_sequence(output, batch_first=True, total_length=x.shape[1])
+        if self.cell_type == "lstm":
+            return output, state[0], state[1]
+        return output, state, None
+
+
+class RecurrentStackOutput(NamedTuple):
+    output: torch.Tensor  # (B, T, D*H): the last layer's states; zeros on padding
+    hidden: torch.Tensor  # (L*D, B, H): each layer's state after its last real step
+    cell: torch.Tensor | None  # (L*D, B, H): the LSTM's memory cells, else None
+    layer_outputs: tuple[torch.Tensor, ...] | None  # every layer's output (B, T, D*H), when asked for
+
+
+class RecurrentStack(nn.Module):
+    """`num_layers` recurrent layers of one cell type, with dropout between layers (as nn.LSTM's `dropout`).
+
+    `forward(inputs (B, T, I), state=(hidden, cell) or None, attention_mask (B, T) or None)`: the state is what a
+    previous call returned (None: zeros), `cell` is None except for the LSTM. Returns a `RecurrentStackOutput`.
+    Called one step at a time with its own state, it is a decoder; with `bidirectional=True`, an encoder whose
+    `hidden[-2:]` are the last layer's summaries of the sequence read forwards and backwards."""
+
+    def __init__(
+        self,
+        cell_type: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+    ):
+        super().__init__()
+        if cell_type not in CELL_TYPES:
+            raise ValueError(f"cell_type={cell_type!r} is not supported; allowed values: {list(CELL_TYPES)}.")
+        if nonlinearity not in NONLINEARITIES:
+            raise ValueError(f"nonlinearity={nonlinearity!r} is not supported; allowed values: {list(NONLINEARITIES)}.")
+        self.cell_type, self.hidden_size, self.num_layers = cell_type, hidden_size, num_layers
+        self.num_directions = 2 if bidirectional else 1
+        self.output_size = self.num_directions * hidden_size
+        self.layers = nn.ModuleList(
+            RecurrentLayer(
+                cell_type, input_size if i == 0 else self.output_size, hidden_size, nonlinearity, bidirectional
+            )
+            for i in range(num_layers)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        hidden = torch.zeros(
+            self.num_layers * self.num_directions, batch_size, self.hidden_size, device=device, dtype=dtype
+        )
+        return hidden, (torch.zeros_like(hidden) if self.cell_type == "lstm" else None)
+
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> RecurrentStackOutput:
+        batch_size, steps = inputs.shape[:2]
+        if state is None:
+            state = self.initial_state(batch_size, inputs.device, inputs.dtype)
+        hidden, cell = state
+        lengths = order = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            real = attention_mask.bool()
+            order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices  # (B, T): real steps first
+            inputs = inputs.gather(1, order[..., None].expand_as(inputs))
+            lengths = real.sum(1)
+
+        # A row with no real step (a chunk of pads) runs one dummy step; its state is restored below.
+        run_lengths = None if lengths is None else lengths.clamp(min=1)
+        x, hiddens, cells, layer_outputs = inputs, [], [], []
+        span = self.num_directions
+        for i, layer in enumerate(self.layers):
+            if i > 0:
+                x = self.dropout(x)
+            layer_cell = None if cell is None else cell[i * span : (i + 1) * span]
+            x, h, c = layer(x, hidden[i * span : (i + 1) * span], layer_cell, run_lengths)
+            hiddens.append(h)
+            cells.append(c)
+            if output_hidden_states:
+                layer_outputs.append(x)
+        new_hidden = torch.cat(hiddens)
+        new_cell = torch.cat(cells) if self.cell_type == "lstm" else None
+
+        if lengths is not None:
+            empty = (lengths == 0).to(new_hidden.device)[None, :, None]
+            new_hidden = torch.where(empty, hidden, new_hidden)
+            if new_cell is not None:
+                new_cell = torch.where(empty, cell, new_cell)
+            real_steps = (torch.arange(steps, device=x.device) < lengths.to(x.device)[:, None])[..., None]
+            index = order[..., None]
+
+            def restore(y):  # zero the pads, then put every step back where it came from
+                y = y * real_steps
+                return torch.zeros_like(y).scatter(1, index.expand_as(y), y)
+
+            layer_outputs = [restore(y) for y in layer_outputs]
+            x = restore(x)
+        return RecurrentStackOutput(x, new_hidden, new_cell, tuple(layer_outputs) if output_hidden_states else None)
+
+
+__all__ = [
+    "CELL_TYPES",
+    "NONLINEARITIES",
+    "GatedElman",
+    "RecurrentLayer",
+    "RecurrentStack",
+    "RecurrentStackOutput",
+    "gated_elman_scan",
+]
