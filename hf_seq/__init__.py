@@ -2,6 +2,7 @@
 
 from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
+from .models.configuration_rnn import RNNConfig
 from .models.configuration_transformer import TransformerConfig
 from .models.modeling_bert import (
     BERTForMaskedLM,
@@ -11,7 +12,14 @@ from .models.modeling_bert import (
     BERTModel,
 )
 from .models.modeling_gpt import GPTForCausalLM, GPTForSequenceClassification, GPTModel
+from .models.modeling_rnn import (
+    RNNForCausalLM,
+    RNNForSequenceClassification,
+    RNNForTokenClassification,
+    RNNModel,
+)
 from .models.modeling_transformer import TransformerForConditionalGeneration, TransformerModel
+from .models.state import RecurrentState
 from .registry import FAMILIES, register
 
 register()
@@ -30,6 +38,12 @@ __all__ = [
     "GPTForCausalLM",
     "GPTForSequenceClassification",
     "GPTModel",
+    "RNNConfig",
+    "RNNForCausalLM",
+    "RNNForSequenceClassification",
+    "RNNForTokenClassification",
+    "RNNModel",
+    "RecurrentState",
     "TransformerConfig",
     "TransformerForConditionalGeneration",
     "TransformerModel",
