@@ -20,9 +20,11 @@ from .models.modeling_rnn import (
 )
 from .models.modeling_transformer import TransformerForConditionalGeneration, TransformerModel
 from .models.state import RecurrentState
+from .qa import register_qa_pipeline
 from .registry import FAMILIES, register
 
 register()
+register_qa_pipeline()  # extractive question answering, which transformers 5 removed
 
 __version__ = "0.1.0"
 
