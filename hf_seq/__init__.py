@@ -20,11 +20,13 @@ from .models.modeling_rnn import (
 )
 from .models.modeling_transformer import TransformerForConditionalGeneration, TransformerModel
 from .models.state import RecurrentState
+from .pipelines import register_pipelines
 from .qa import register_qa_pipeline
 from .registry import FAMILIES, register
 
 register()
 register_qa_pipeline()  # extractive question answering, which transformers 5 removed
+register_pipelines()  # translation / text2text-generation / summarization, which transformers 5 removed
 
 __version__ = "0.1.0"
 

@@ -23,8 +23,10 @@ from transformers import PreTrainedConfig, PreTrainedModel
 
 from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
+from .models.configuration_transformer import TransformerConfig
 from .models.modeling_bert import BERTForMaskedLM, BERTModel
 from .models.modeling_gpt import GPTForCausalLM, GPTModel
+from .models.modeling_transformer import TransformerForConditionalGeneration
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,11 @@ class Rule:
 
     kind: `"copy"`; `"transpose"` (GPT-2's Conv1D stores (in, out), nn.Linear (out, in)); `"concat"` (ours is the
     reference tensors stacked along dim 0 in the order given, e.g. separate q, k, v into one qkv projection; read
-    back, ours is split into equal parts)."""
+    back, ours is split into equal parts); `"row"` (ours is the single row of a (1, n) reference tensor, e.g.
+    Marian's `final_logits_bias`); `"reference_only"` (`ours` is empty: reference tensors that have no counterpart
+    in ours and do not change the outputs, because the config fixes them (Marian's sinusoid tables), they are zero
+    (Marian's `final_logits_bias` against a model without output bias) or unused; nothing is copied, and a reference
+    model built from ours keeps its own initialisation of them)."""
 
     ours: str
     reference: tuple[str, ...]
@@ -43,11 +49,15 @@ class Rule:
         if self.kind == "concat":
             return torch.cat(tensors, dim=0)
         (tensor,) = tensors
+        if self.kind == "row":
+            return tensor[0]
         return tensor.t() if self.kind == "transpose" else tensor
 
     def to_reference(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         if self.kind == "concat":
             return list(tensor.chunk(len(self.reference), dim=0))
+        if self.kind == "row":
+            return [tensor[None]]
         return [tensor.t() if self.kind == "transpose" else tensor]
 
 
@@ -125,9 +135,11 @@ def _convert(source, target_class, target_config, conversion: Conversion, to_ref
     target.to(source.device)
 
     tied = set(getattr(target, "all_tied_weights_keys", {})) | set(getattr(source, "all_tied_weights_keys", {}))
-    state, used = {}, set()
+    state, used, keep_initialised = {}, set(), set()
     for rule in rules:
-        if to_reference:
+        if rule.kind == "reference_only":
+            (keep_initialised if to_reference else used).update(rule.reference)
+        elif to_reference:
             for name, tensor in zip(rule.reference, rule.to_reference(source_state[rule.ours])):
                 state[name] = tensor
             used.add(rule.ours)
@@ -141,7 +153,7 @@ def _convert(source, target_class, target_config, conversion: Conversion, to_ref
             "the conversion table in hf_seq.convert does not cover this model."
         )
     missing, unexpected = target.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=False)
-    missing = sorted(set(missing) - tied)
+    missing = sorted(set(missing) - tied - keep_initialised)
     if missing or unexpected:
         raise ValueError(
             f"Converting {type(source).__name__} to {target_class.__name__}: weights not set {missing}, "
@@ -414,6 +426,164 @@ for _reference, _ours, _head in (
         )
     )
 
-# MarianMTModel: add its entry here with register_conversion.
+# MarianMT (Junczys-Dowmunt et al. 2018) <-> the encoder-decoder Transformer ---------------------------------------
+# Marian is the paper's architecture: post-LN, sinusoidal positions (sines then cosines, as ours), embeddings scaled
+# by sqrt(d_model) when `scale_embedding`, q/k/v projected separately (ours fused), and a `final_logits_bias` buffer
+# that maps to our optional output bias. Marian counts positions 0, 1, ... from the first slot whatever the padding,
+# ours count real tokens: the two agree on unpadded and right-padded sources (the tokenizers' default).
+
+_MARIAN_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new"}
+
+
+def _marian_config_to_ours(config) -> TransformerConfig:
+    equal = {
+        "decoder_vocab_size": (config.decoder_vocab_size, config.vocab_size),
+        "decoder_attention_heads": (config.decoder_attention_heads, config.encoder_attention_heads),
+        "decoder_ffn_dim": (config.decoder_ffn_dim, config.encoder_ffn_dim),
+        "encoder_layerdrop": (config.encoder_layerdrop, 0.0),
+        "decoder_layerdrop": (config.decoder_layerdrop, 0.0),
+    }
+    for option, (value, supported) in equal.items():
+        if value != supported:
+            raise ValueError(
+                f"from_transformers: MarianConfig.{option}={value!r} has no TransformerConfig equivalent "
+                f"(it must be {supported!r}: one vocabulary, and encoder and decoder of the same width)."
+            )
+    if not config.share_encoder_decoder_embeddings and config.tie_word_embeddings:
+        raise ValueError(
+            "from_transformers: MarianConfig with share_encoder_decoder_embeddings=False and tie_word_embeddings=True "
+            "(output projection tied to the decoder embeddings only) has no TransformerConfig equivalent."
+        )
+    if config.activation_function not in _MARIAN_ACTIVATIONS:
+        raise ValueError(
+            f"from_transformers: MarianConfig.activation_function={config.activation_function!r} has no "
+            f"TransformerConfig equivalent; supported: {sorted(_MARIAN_ACTIVATIONS)}."
+        )
+    return TransformerConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers,
+        num_attention_heads=config.encoder_attention_heads,
+        intermediate_size=config.encoder_ffn_dim,
+        max_position_embeddings=config.max_position_embeddings,
+        position_embedding_type="sinusoidal",
+        norm_type="layernorm",
+        norm_position="post",
+        layer_norm_eps=1e-5,  # Marian's nn.LayerNorm default
+        hidden_act=_MARIAN_ACTIVATIONS[config.activation_function],
+        scale_embedding=config.scale_embedding,
+        output_bias=True,  # final_logits_bias: zero in a fresh model, trained in the published checkpoints
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        initializer_range=config.init_std,
+        tie_word_embeddings=config.tie_word_embeddings,
+        use_cache=config.use_cache,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
+
+
+def _transformer_config_to_marian(config: TransformerConfig):
+    marian_options = {
+        "position_embedding_type": "sinusoidal",
+        "norm_type": "layernorm",
+        "norm_position": "post",
+        "layer_norm_eps": 1e-5,
+        "attention_bias": True,
+        "mlp_bias": True,
+    }
+    for option, supported in marian_options.items():
+        if getattr(config, option) != supported:
+            raise ValueError(
+                f"to_transformers: TransformerConfig.{option}={getattr(config, option)!r} has no Marian equivalent "
+                f"(MarianMTModel needs {option}={supported!r})."
+            )
+    if config.hidden_act not in ("relu", "gelu", "gelu_new"):
+        raise ValueError(
+            f"to_transformers: TransformerConfig.hidden_act={config.hidden_act!r} has no Marian equivalent; "
+            "supported: ['gelu', 'gelu_new', 'relu']."
+        )
+    start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
+    # label_smoothing is a training option of our loss, not of the architecture: the logits agree either way.
+    return transformers.MarianConfig(
+        vocab_size=config.vocab_size,
+        decoder_vocab_size=config.vocab_size,
+        d_model=config.hidden_size,
+        encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers,
+        encoder_attention_heads=config.num_attention_heads,
+        decoder_attention_heads=config.num_attention_heads,
+        encoder_ffn_dim=config.intermediate_size,
+        decoder_ffn_dim=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+        activation_function=config.hidden_act,
+        scale_embedding=config.scale_embedding,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        init_std=config.initializer_range,
+        share_encoder_decoder_embeddings=config.tie_word_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings,
+        use_cache=config.use_cache,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        forced_eos_token_id=None,
+        decoder_start_token_id=start,
+    )
+
+
+def _marian_rules(config: TransformerConfig) -> list[Rule]:
+    rules = [
+        # Marian's sinusoid tables are rebuilt from the config at load time, like ours.
+        Rule("", ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"), "reference_only"),
+    ]
+    if config.tie_word_embeddings:  # one matrix: Marian's `shared`, tied to both embeddings and lm_head
+        rules.append(Rule("model.encoder.embed_tokens.weight", ("model.shared.weight",)))
+    else:  # three matrices; a `shared` matrix that Marian keeps unused when untied is not carried over
+        for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
+            rules.append(Rule(name, (name,)))
+        rules.append(Rule("", ("model.shared.weight",), "reference_only"))
+    if config.output_bias:
+        rules.append(Rule("lm_head.bias", ("final_logits_bias",), "row"))
+    else:
+        rules.append(Rule("", ("final_logits_bias",), "reference_only"))  # Marian initialises it to zero
+
+    def module(ours: str, reference: str, kind: str = "copy", parts: tuple[str, ...] = ("",)):
+        """The weight and bias of a linear or LayerNorm module."""
+        for param in ("weight", "bias"):
+            rules.append(Rule(f"{ours}.{param}", tuple(f"{reference}{p}.{param}" for p in parts), kind))
+
+    for stack, layers in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
+        for i in range(layers):
+            ours, ref = f"model.{stack}.layers.{i}", f"model.{stack}.layers.{i}"
+            # Our fused projections are Marian's separate q, k, v (heads contiguous in each) stacked in that order.
+            module(f"{ours}.self_attn.qkv_proj", f"{ref}.self_attn.", "concat", ("q_proj", "k_proj", "v_proj"))
+            module(f"{ours}.self_attn.o_proj", f"{ref}.self_attn.out_proj")
+            module(f"{ours}.self_attn_layer_norm", f"{ref}.self_attn_layer_norm")
+            if stack == "decoder":
+                module(f"{ours}.cross_attn.q_proj", f"{ref}.encoder_attn.q_proj")
+                module(f"{ours}.cross_attn.kv_proj", f"{ref}.encoder_attn.", "concat", ("k_proj", "v_proj"))
+                module(f"{ours}.cross_attn.o_proj", f"{ref}.encoder_attn.out_proj")
+                module(f"{ours}.cross_attn_layer_norm", f"{ref}.encoder_attn_layer_norm")
+            module(f"{ours}.mlp.up_proj", f"{ref}.fc1")
+            module(f"{ours}.mlp.down_proj", f"{ref}.fc2")
+            module(f"{ours}.final_layer_norm", f"{ref}.final_layer_norm")
+    return rules
+
+
+register_conversion(
+    Conversion(
+        transformers.MarianMTModel,
+        TransformerForConditionalGeneration,
+        _marian_config_to_ours,
+        _transformer_config_to_marian,
+        _marian_rules,
+    )
+)
 
 __all__ = ["CONVERSIONS", "Conversion", "Rule", "from_transformers", "register_conversion", "to_transformers"]

@@ -28,6 +28,7 @@ class TransformerConfig(PreTrainedConfig):
     - `tie_word_embeddings`: True ties the encoder embeddings, the decoder embeddings and the output projection
       (three-way tying over the shared vocabulary); False gives each its own matrix.
     - `scale_embedding`: multiply the token embeddings by sqrt(hidden_size) (section 3.4).
+    - `output_bias`: a bias on the output projection (not in the paper; MarianMT checkpoints have one).
     - `label_smoothing`: epsilon of the label-smoothed loss (section 5.4 uses 0.1); 0 is plain cross-entropy.
     - Dropout: `dropout` is the paper's P_drop, on the embedding sums and on every sub-layer output before the
       residual addition (section 5.4); `attention_dropout` acts on the attention weights and `activation_dropout`
@@ -64,6 +65,7 @@ class TransformerConfig(PreTrainedConfig):
     hidden_act: str = "relu"
     attention_bias: bool = True
     mlp_bias: bool = True
+    output_bias: bool = False
     scale_embedding: bool = True
     dropout: float = 0.1
     attention_dropout: float = 0.0

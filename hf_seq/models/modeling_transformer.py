@@ -418,7 +418,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.model = TransformerModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=config.output_bias)
         self.post_init()
 
     def get_input_embeddings(self):
