@@ -1,0 +1,170 @@
+"""Model cards: every saved model gets a README.md with Hub metadata, the architecture in words, the data and recipe,
+the evaluation results the run measured, and how to load it. A card states no number that was not measured: the
+metrics come from the run's metrics.json, and a model without one says so."""
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from hf_seq.registry import family as get_family
+
+PIPELINE_TAGS = {
+    "AutoModelForCausalLM": "text-generation",
+    "AutoModelForMaskedLM": "fill-mask",
+    "AutoModelForSeq2SeqLM": "translation",
+    "AutoModelForSequenceClassification": "text-classification",
+    "AutoModelForTokenClassification": "token-classification",
+    "AutoModelForQuestionAnswering": "question-answering",
+    "AutoModel": "feature-extraction",
+}
+METRIC_NAMES = {
+    "perplexity": ("perplexity", "Perplexity"),
+    "eval_loss": ("loss", "Evaluation loss (nats/token)"),
+    "bleu": ("bleu", "BLEU (sacrebleu)"),
+    "accuracy": ("accuracy", "Accuracy"),
+    "f1": ("f1", "F1"),
+}
+DATA_DESCRIPTIONS = {
+    "stdlib": "the CPython standard library sources (`.py` files, tests excluded) of the training machine",
+    "gettext": "English messages paired with their translations from the system's gettext catalogs",
+}
+
+
+def template() -> str:
+    return resources.files("hf_seq").joinpath("templates/model_card.md").read_text()
+
+
+def describe_architecture(config) -> str:
+    fam = get_family(config.model_type)
+    summary = " ".join((fam.config_class.__doc__ or fam.config).strip().split("\n\n")[0].split())
+    shape = {
+        k: getattr(config, k)
+        for k in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "cell_type",
+            "attention_type",
+            "position_embedding_type",
+            "norm_position",
+            "hidden_act",
+            "tie_word_embeddings",
+        )
+        if getattr(config, k, None) is not None
+    }
+    lines = [summary, "", "| option | value |", "|---|---|"] + [f"| `{k}` | `{v}` |" for k, v in shape.items()]
+    return "\n".join(lines)
+
+
+def _architecture_class(folder: Path, config) -> str:
+    saved = (config.architectures or [""])[0]
+    fam = get_family(config.model_type)
+    for auto, name in fam.models.items():
+        if name == saved:
+            return auto
+    return "AutoModel"
+
+
+def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, repo_id: str | None = None) -> Path:
+    """Write (or refresh) folder/README.md from the saved config and, when present, the run's recipe and metrics
+    (arguments, else recipe.json / metrics.json in the folder)."""
+    from transformers import AutoConfig
+
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{folder} holds no config.json: save a model there first (save_pretrained)")
+    config = AutoConfig.from_pretrained(folder)
+    if recipe is None and (folder / "recipe.json").exists():
+        recipe = json.loads((folder / "recipe.json").read_text())
+    if metrics is None and (folder / "metrics.json").exists():
+        metrics = json.loads((folder / "metrics.json").read_text())
+    fam = get_family(config.model_type)
+    auto_class = _architecture_class(folder, config)
+    repo_id = repo_id or folder.name
+    dataset = (recipe or {}).get("data", {}).get("dataset")
+    card_extra = (recipe or {}).get("card", {})
+
+    measured = {k: v for k, v in (metrics or {}).items() if k in METRIC_NAMES and v is not None}
+    metadata = {
+        "library_name": "transformers",
+        "pipeline_tag": PIPELINE_TAGS.get(auto_class, "feature-extraction"),
+        "tags": ["hf-seq", fam.name, config.model_type],
+        "license": card_extra.get("license", "apache-2.0"),
+    }
+    if dataset and dataset not in DATA_DESCRIPTIONS:
+        metadata["datasets"] = [dataset]
+    if card_extra.get("language"):
+        metadata["language"] = card_extra["language"]
+    if measured:
+        metadata["model-index"] = [
+            {
+                "name": repo_id,
+                "results": [
+                    {
+                        "task": {"type": metadata["pipeline_tag"]},
+                        "dataset": {"name": dataset or "unspecified", "type": dataset or "unspecified"},
+                        "metrics": [
+                            {"type": METRIC_NAMES[k][0], "value": round(float(v), 4), "name": METRIC_NAMES[k][1]}
+                            for k, v in measured.items()
+                        ],
+                    }
+                ],
+            }
+        ]
+
+    if recipe:
+        recipe_text = "```yaml\n" + yaml.safe_dump(recipe, sort_keys=False) + "```"
+        data = recipe.get("data", {})
+        training_data = DATA_DESCRIPTIONS.get(dataset, f"`{dataset}`")
+        if recipe.get("task") == "seq2seq" and dataset == "gettext":
+            training_data += f" ({data.get('source_language', 'en')} → {data.get('target_language', 'fr')})"
+    else:
+        recipe_text = "Not recorded: this model was not trained by `hf-seq train`."
+        training_data = "Not recorded."
+    if measured:
+        rows = [f"| {METRIC_NAMES[k][1]} | {float(v):.4g} |" for k, v in measured.items()]
+        extra = ""
+        if metrics.get("steps"):
+            extra = (
+                f"\n\nMeasured by the training run on its held-out split after {metrics['steps']} steps "
+                f"({metrics.get('tokens', 0):,} training tokens, {metrics.get('seconds', 0):.0f} s)."
+            )
+        evaluation = "| metric | value |\n|---|---|\n" + "\n".join(rows) + extra
+    else:
+        evaluation = "No evaluation was recorded for this model."
+    usage = {
+        "text-generation": 'from transformers import pipeline\n\nprint(pipeline("text-generation", model="{r}", trust_remote_code=True)("def ", max_new_tokens=20))',
+        "fill-mask": 'from transformers import pipeline\n\nprint(pipeline("fill-mask", model="{r}", trust_remote_code=True)("import [MASK]"))',
+        "translation": 'import hf_seq  # registers the translation pipeline (transformers 5 removed its own)\nfrom transformers import pipeline\n\nprint(pipeline("translation", model="{r}")("Open file"))',
+    }.get(metadata["pipeline_tag"])
+    usage = f"```python\n{usage.format(r=repo_id)}\n```" if usage else ""
+    description = card_extra.get(
+        "description", f"A `{fam.config}` model of the hf-seq `{fam.name}` family, trained from scratch."
+    )
+    limitations = card_extra.get(
+        "limitations",
+        "A small research and teaching model trained from scratch on a small corpus: it shows how its architecture "
+        "learns, not a production system. Outputs are often wrong or incoherent; do not rely on them for any "
+        "decision. Its behaviour outside the training data's domain has not been evaluated.",
+    )
+    text = template().format(
+        metadata=yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True).strip(),
+        title=repo_id,
+        description=description,
+        architecture=describe_architecture(config),
+        training_data=training_data,
+        training_recipe=recipe_text,
+        evaluation=evaluation,
+        auto_class=auto_class,
+        repo_id=repo_id,
+        usage=usage,
+        limitations=limitations,
+    )
+    path = folder / "README.md"
+    path.write_text(text)
+    return path

@@ -1,0 +1,213 @@
+"""Recipes: one YAML file = model config x data x schedule. Everything is checked before training starts: an unknown
+key, a value of the wrong type or a family that cannot do the task fails with the key and what is allowed."""
+
+import copy
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+TASKS = {
+    "causal_lm": "AutoModelForCausalLM",
+    "masked_lm": "AutoModelForMaskedLM",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+}
+SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
+MIXED_PRECISION = ("no", "bf16", "fp16")
+
+
+class RecipeError(ValueError):
+    pass
+
+
+@dataclass
+class TokenizerRecipe:
+    path: str | None = None  # an existing tokenizer folder; otherwise one is trained on the training data
+    vocab_size: int = 4096
+    min_frequency: int = 2
+    style: str | None = None  # byte_level | bert; default from the task (bert for masked_lm)
+
+
+@dataclass
+class DataRecipe:
+    dataset: str = "stdlib"  # stdlib | gettext | a synthetic task | local files | a Hub dataset name
+    text_column: str = "text"
+    source_column: str = "source"  # seq2seq
+    target_column: str = "target"
+    source_language: str = "en"  # gettext pairs
+    target_language: str = "fr"
+    block_size: int = 128  # packed LM blocks; for seq2seq the longest source/target kept
+    max_chars: int | None = 3_000_000  # stdlib corpus size
+    max_examples: int | None = None
+    eval_fraction: float = 0.05
+    eval_examples: int = 256
+    mlm_probability: float = 0.15
+
+
+@dataclass
+class TrainingRecipe:
+    output_dir: str = "runs/model"
+    seed: int = 0
+    max_steps: int = 400
+    batch_size: int = 16  # the global batch: split over processes and accumulation steps
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.1
+    adam_beta2: float = 0.95
+    warmup_steps: int = 20
+    scheduler: str = "cosine"
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "no"
+    eval_every: int = 100
+    save_every: int = 100
+    keep_checkpoints: int = 2
+    log_with: str | None = None  # an accelerate tracker, e.g. tensorboard
+    generation_max_new_tokens: int = 64  # seq2seq evaluation (BLEU)
+    generation_num_beams: int = 1
+
+
+@dataclass
+class Recipe:
+    family: str
+    task: str | None = None
+    model: dict = field(default_factory=dict)
+    tokenizer: TokenizerRecipe = field(default_factory=TokenizerRecipe)
+    data: DataRecipe = field(default_factory=DataRecipe)
+    training: TrainingRecipe = field(default_factory=TrainingRecipe)
+    card: dict = field(default_factory=dict)  # extra model-card fields: license, language, description
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _check_type(key: str, value, annotation):
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_type(key, value, option)
+            except RecipeError as error:
+                errors.append(error)
+        raise errors[0]
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if annotation is dict and isinstance(value, dict):
+        return value
+    if annotation in (int, float, str, bool) and type(value) is annotation:
+        return value
+    raise RecipeError(f"recipe key {key!r}: expected {getattr(annotation, '__name__', annotation)}, got {value!r}")
+
+
+def _build(cls, values: dict, prefix: str):
+    if not isinstance(values, dict):
+        raise RecipeError(f"recipe key {prefix.rstrip('.') or 'root'!r}: expected a mapping, got {values!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise RecipeError(
+            f"unknown recipe key(s) {[prefix + k for k in unknown]}; allowed under {prefix.rstrip('.') or 'the top level'}: {sorted(fields)}"
+        )
+    kwargs = {}
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        annotation = hints[name]
+        if dataclasses.is_dataclass(annotation):
+            kwargs[name] = _build(annotation, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _check_type(prefix + name, value, annotation)
+    missing = [
+        n
+        for n, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and n not in kwargs
+    ]
+    if missing:
+        raise RecipeError(f"recipe is missing required key(s) {[prefix + m for m in missing]}")
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise RecipeError(f"override {dotted}: {key!r} is not a section")
+    node[keys[-1]] = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
+
+
+def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Read a recipe (YAML path or dict), apply `key.sub=value` overrides, and check it completely."""
+    if isinstance(path_or_dict, dict):
+        tree = copy.deepcopy(path_or_dict)
+    else:
+        path = Path(path_or_dict)
+        if not path.is_file():
+            raise FileNotFoundError(f"recipe not found: {path}")
+        tree = yaml.safe_load(path.read_text()) or {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise RecipeError(f"override {item!r} is not of the form key=value (e.g. training.max_steps=100)")
+        _set_dotted(tree, key.strip(), value.strip())
+    recipe = _build(Recipe, tree, "")
+    validate(recipe)
+    return recipe
+
+
+def validate(recipe: Recipe) -> None:
+    from hf_seq.registry import family as get_family
+
+    try:
+        fam = get_family(recipe.family)
+    except KeyError as error:
+        raise RecipeError(str(error.args[0])) from None
+    tasks = [task for task, auto in TASKS.items() if auto in fam.models]
+    if recipe.task is None:
+        recipe.task = tasks[0] if tasks else None
+    if recipe.task not in TASKS:
+        raise RecipeError(f"recipe key 'task': {recipe.task!r} is not a task; allowed values: {list(TASKS)}")
+    if recipe.task not in tasks:
+        raise RecipeError(f"family {fam.model_type!r} cannot do task {recipe.task!r}; it can do: {tasks}")
+    t = recipe.training
+    if t.scheduler not in SCHEDULERS:
+        raise RecipeError(f"recipe key 'training.scheduler': {t.scheduler!r}; allowed values: {list(SCHEDULERS)}")
+    if t.mixed_precision not in MIXED_PRECISION:
+        raise RecipeError(
+            f"recipe key 'training.mixed_precision': {t.mixed_precision!r}; allowed values: {list(MIXED_PRECISION)}"
+        )
+    for name in ("max_steps", "batch_size", "gradient_accumulation_steps", "eval_every", "save_every"):
+        if getattr(t, name) <= 0:
+            raise RecipeError(f"recipe key 'training.{name}' must be positive, got {getattr(t, name)}")
+    if t.batch_size % t.gradient_accumulation_steps:
+        raise RecipeError(
+            f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps "
+            f"({t.gradient_accumulation_steps}): it is the global batch"
+        )
+    style = recipe.tokenizer.style
+    if style not in (None, "byte_level", "bert"):
+        raise RecipeError(f"recipe key 'tokenizer.style': {style!r}; allowed values: ['byte_level', 'bert']")
+    allowed = {f.name for f in dataclasses.fields(fam.config_class)} | {"attn_implementation", "num_labels"}
+    unknown = sorted(set(recipe.model) - allowed)
+    if unknown:
+        raise RecipeError(
+            f"unknown option(s) {['model.' + k for k in unknown]} for {fam.config}; allowed: {sorted(allowed)}"
+        )
+    # the model section must build a valid config (its own checks name the option and the allowed values)
+    try:
+        fam.config_class(**recipe.model)
+    except (TypeError, ValueError) as error:
+        raise RecipeError(f"recipe section 'model' is not a valid {fam.config}: {error}") from None

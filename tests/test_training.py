@@ -1,0 +1,158 @@
+"""The recipe-driven training loop: recipes are checked before training, a killed run resumes to the same weights,
+and two processes train to the same result as one."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from hf_seq.recipes import RecipeError, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_GPT = {
+    "family": "gpt",
+    "model": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 32,
+        "embedding_dropout": 0.1,  # dropout on: resuming must restore the RNG too
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.1,
+    },
+    "tokenizer": {"vocab_size": 400},
+    "data": {"dataset": "stdlib", "block_size": 32, "max_chars": 150_000, "eval_examples": 16},
+    "training": {
+        "max_steps": 12,
+        "batch_size": 8,
+        "learning_rate": 3e-3,
+        "warmup_steps": 2,
+        "eval_every": 6,
+        "save_every": 3,
+    },
+}
+
+
+def write_recipe(tmp_path, recipe, name="recipe.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["training.max_stepz=3"], r"unknown recipe key\(s\) \['training.max_stepz'\]"),
+        (["training.max_steps=three"], r"'training.max_steps': expected int"),
+        (["training.scheduler=exponential"], r"allowed values: \['cosine'"),
+        (["model.hidden_sise=64"], r"model.hidden_sise"),
+        (["model.position_embedding_type=absolute"], r"allowed values: \['learned'"),
+        (["task=masked_lm"], r"family 'hf_seq_gpt' cannot do task 'masked_lm'; it can do: \['causal_lm'\]"),
+        (["family=lstm-ish"], r"unknown hf-seq family 'lstm-ish'"),
+        (["training.batch_size=10", "training.gradient_accumulation_steps=4"], "divisible"),
+        (["training.max_steps"], "key=value"),
+    ],
+)
+def test_bad_recipes_fail_before_training_naming_the_key(overrides, message):
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(TINY_GPT, overrides)
+
+
+def test_overrides_are_typed():
+    recipe = load_recipe(TINY_GPT, ["training.learning_rate=1e-4", "model.hidden_size=64", "training.log_with=null"])
+    assert recipe.training.learning_rate == 1e-4 and recipe.model["hidden_size"] == 64
+    assert recipe.task == "causal_lm"
+
+
+def test_shipped_recipes_are_valid():
+    for path in sorted((ROOT / "recipes").glob("*.yaml")):
+        load_recipe(path)
+
+
+def _train(tmp_path, out, extra=(), launcher=(sys.executable, "-m", "hf_seq.cli")):
+    recipe = write_recipe(tmp_path, TINY_GPT)
+    cmd = [*launcher, "train", str(recipe), f"training.output_dir={out}", *extra]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _weights(folder):
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    reference = _train(tmp_path, tmp_path / "whole")
+    output = reference.communicate(timeout=600)[0]
+    assert reference.returncode == 0, output
+
+    # evaluating after every step slows the victim down (so it is killed mid-run) without changing its weights
+    victim = _train(tmp_path, tmp_path / "killed", ["training.eval_every=1", "data.eval_examples=1000"])
+    checkpoints = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 300
+    while not list(checkpoints.glob("checkpoint-*/state.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    assert victim.returncode == -signal.SIGKILL
+    assert not (tmp_path / "killed" / "model.safetensors").exists()
+
+    resumed = _train(tmp_path, tmp_path / "killed", ["--resume", "training.eval_every=1"])
+    output = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, output
+    assert "resuming from" in output
+    whole, killed = _weights(tmp_path / "whole"), _weights(tmp_path / "killed")
+    for name in whole:
+        torch.testing.assert_close(killed[name], whole[name], rtol=0, atol=0, msg=name)
+
+    # artefacts of a finished run: card with the measured perplexity, loss curve, metrics
+    card = (tmp_path / "whole" / "README.md").read_text()
+    assert "library_name: transformers" in card and "perplexity" in card
+    assert (tmp_path / "whole" / "loss_curve.png").stat().st_size > 1000
+
+
+def test_starting_over_an_existing_run_is_refused(tmp_path):
+    out = tmp_path / "run"
+    (out / "checkpoints" / "checkpoint-3").mkdir(parents=True)
+    recipe = load_recipe(TINY_GPT, [f"training.output_dir={out}"])
+    from hf_seq.training import run
+
+    with pytest.raises(FileExistsError, match="--resume"):
+        run(recipe, progress=False)
+
+
+def test_two_processes_train_like_one(tmp_path):
+    """Data parallelism over gloo on CPU: 2 processes x 4 rows == 1 process x 8 rows."""
+    one = _train(
+        tmp_path, tmp_path / "one", ["training.max_steps=4", "model.embedding_dropout=0.0", "model.hidden_dropout=0.0"]
+    )
+    out_one = one.communicate(timeout=600)[0]
+    assert one.returncode == 0, out_one
+    launcher = (
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29533",
+        "-m",
+        "hf_seq.cli",
+    )
+    two = _train(
+        tmp_path,
+        tmp_path / "two",
+        ["training.max_steps=4", "model.embedding_dropout=0.0", "model.hidden_dropout=0.0"],
+        launcher=launcher,
+    )
+    out_two = two.communicate(timeout=600)[0]
+    assert two.returncode == 0, out_two
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5, msg=name)
