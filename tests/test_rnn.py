@@ -234,6 +234,29 @@ def test_generation_feeds_one_token_per_step_and_the_state_does_not_grow():
     assert set(sizes) == {(2, 1, 16)}
 
 
+def test_beam_search_reorders_the_state(monkeypatch):
+    """Beams that swap places must swap states: beam search with the state equals beam search recomputing every
+    prefix, on a run where generate did move states between beams (checked, so the test cannot pass vacuously)."""
+    torch.manual_seed(0)
+    model = RNNForCausalLM(RNNConfig(**dict(TINY, initializer_range=0.5), cell_type="lstm")).eval()
+    moves = []
+    reorder = RecurrentState.reorder_cache
+
+    def recording_reorder(self, beam_idx):
+        moves.append(not torch.equal(beam_idx.cpu(), torch.arange(len(beam_idx))))
+        reorder(self, beam_idx)
+
+    monkeypatch.setattr(RecurrentState, "reorder_cache", recording_reorder)
+    ids = torch.randint(FIRST_WORD, 50, (2, 4))
+    kwargs = dict(num_beams=4, num_return_sequences=4, do_sample=False, max_new_tokens=8, min_new_tokens=8)
+    kwargs.update(pad_token_id=PAD, return_dict_in_generate=True, output_scores=True)
+    cached = model.generate(ids, **kwargs)
+    assert any(moves)
+    recomputed = model.generate(ids, use_cache=False, **kwargs)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(cached.sequences_scores, recomputed.sequences_scores)
+
+
 def test_generate_continues_from_a_returned_state():
     torch.manual_seed(0)
     model = RNNForCausalLM(RNNConfig(**TINY, cell_type="lstm")).eval()
