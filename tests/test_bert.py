@@ -1,5 +1,6 @@
 import random
 
+import datasets
 import pytest
 import torch
 import transformers
@@ -13,6 +14,9 @@ from hf_seq import (
     BERTModel,
 )
 from hf_seq.convert import from_transformers, to_transformers
+from hf_seq.data import masked_lm_collator, packed_mlm_dataset
+from hf_seq.evaluation import classification_metrics, entity_spans, token_classification_metrics
+from hf_seq.qa import best_span
 from hf_seq.tokenization import train_bpe_tokenizer
 from tests.tester import ModelTesterMixin
 
@@ -302,3 +306,242 @@ def test_a_bert_checkpoint_saved_by_transformers_converts_with_the_same_embeddin
         expected = transformers.BertModel.from_pretrained(tmp_path / "bert")(**batch).last_hidden_state
         got = reloaded(**batch).last_hidden_state
     torch.testing.assert_close(got[real], expected[real], rtol=0, atol=1e-5)
+
+
+# ---------------------------------------------------------------- data, pipelines, Trainer
+def tiny_config(tokenizer, **overrides):
+    return BERTConfig(**{**TINY, "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, **overrides})
+
+
+def test_packed_mlm_blocks_and_berts_masking():
+    tokenizer = bert_tokenizer()
+    dataset = packed_mlm_dataset(corpus(), tokenizer, block_size=24)
+    blocks = torch.tensor(dataset["input_ids"])
+    assert blocks.shape[1] == 24 and len(dataset) > 50  # every block full: no padding
+    assert (blocks[:, 0] == tokenizer.cls_token_id).all() and (blocks[:, -1] == tokenizer.sep_token_id).all()
+    assert ((blocks == tokenizer.sep_token_id).sum(1) > 1).any()  # documents run on across block boundaries
+    batch = masked_lm_collator(tokenizer, seed=0)([dataset[i] for i in range(len(dataset))])
+    chosen = batch["labels"] != -100
+    special = torch.tensor(dataset["special_tokens_mask"]).bool()
+    assert not (chosen & special).any()
+    assert torch.equal(batch["labels"][chosen], blocks[chosen])
+    rate = chosen.sum() / (~special).sum()
+    masked = (batch["input_ids"][chosen] == tokenizer.mask_token_id).float().mean()
+    kept = (batch["input_ids"][chosen] == blocks[chosen]).float().mean()
+    assert 0.12 < rate < 0.18 and 0.72 < masked < 0.88 and 0.04 < kept < 0.16, (rate, masked, kept)
+
+
+def train_args(tmp_path, **overrides):
+    kwargs = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=16,
+        per_device_eval_batch_size=32,
+        learning_rate=3e-3,
+        max_steps=40,
+        lr_scheduler_type="constant",
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    return transformers.TrainingArguments(**{**kwargs, **overrides})
+
+
+def test_mlm_pretraining_with_trainer_reduces_the_loss(tmp_path):
+    tokenizer = bert_tokenizer()
+    dataset = packed_mlm_dataset(corpus(), tokenizer, block_size=24)
+    torch.manual_seed(0)
+    model = BERTForMaskedLM(tiny_config(tokenizer))
+    trainer = transformers.Trainer(
+        model=model,
+        args=train_args(tmp_path),
+        train_dataset=dataset,
+        eval_dataset=dataset.select(range(64)),
+        data_collator=masked_lm_collator(tokenizer, seed=0),
+    )
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    assert trainer.evaluate()["eval_loss"] < before - 1.0
+
+
+def sentiment_rows(n, seed):
+    """Label 1 when the first sentence holds an animal word; pairs, so that token types are exercised."""
+    rng = random.Random(seed)
+    animals = {"cat", "dog", "bird"}
+    rows = []
+    for _ in range(n):
+        first = [rng.choice(WORDS) for _ in range(rng.randint(3, 8))]
+        second = [rng.choice(WORDS) for _ in range(rng.randint(2, 5))]
+        rows.append((" ".join(first), " ".join(second), int(bool(animals & set(first)))))
+    return rows
+
+
+def test_sequence_classification_fine_tuning_with_trainer(tmp_path):
+    tokenizer = bert_tokenizer()
+    rows = sentiment_rows(320, seed=0)
+    encoded = tokenizer([a for a, _, _ in rows], [b for _, b, _ in rows], truncation=True)
+    dataset = datasets.Dataset.from_dict({**encoded, "labels": [label for *_, label in rows]})
+    torch.manual_seed(0)
+    model = BERTForSequenceClassification(tiny_config(tokenizer, num_labels=2))
+    trainer = transformers.Trainer(
+        model=model,
+        args=train_args(tmp_path, max_steps=60),
+        train_dataset=dataset.select(range(256)),
+        eval_dataset=dataset.select(range(256, 320)),
+        data_collator=transformers.DataCollatorWithPadding(tokenizer),
+        compute_metrics=classification_metrics,
+    )
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < before["eval_loss"] - 0.2
+    assert after["eval_accuracy"] > 0.85 and after["eval_f1"] > 0.85, after
+
+
+def ner_rows(n, seed):
+    """Animals are entities; "big" before an animal begins a two-word entity."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(3, 10))]
+        tags = ["O"] * len(words)
+        for i, word in enumerate(words):
+            if word in ("cat", "dog", "bird"):
+                if i and words[i - 1] == "big":
+                    tags[i - 1], tags[i] = "B-ANI", "I-ANI"
+                else:
+                    tags[i] = "B-ANI"
+        rows.append((words, tags))
+    return rows
+
+
+def test_token_classification_fine_tuning_with_trainer(tmp_path):
+    tokenizer = bert_tokenizer()
+    label2id = {"O": 0, "B-ANI": 1, "I-ANI": 2}
+    rows = ner_rows(320, seed=1)
+    features = []
+    for words, tags in rows:  # label each word's first subword; -100 on the rest and on [CLS] / [SEP]
+        encoded = tokenizer(words, is_split_into_words=True, truncation=True)
+        word_ids, previous, labels = encoded.word_ids(), None, []
+        for word in word_ids:
+            labels.append(-100 if word is None or word == previous else label2id[tags[word]])
+            previous = word
+        features.append({**encoded, "labels": labels})
+    torch.manual_seed(0)
+    model = BERTForTokenClassification(
+        tiny_config(tokenizer, num_labels=3, id2label={i: t for t, i in label2id.items()}, label2id=label2id)
+    )
+    trainer = transformers.Trainer(
+        model=model,
+        args=train_args(tmp_path, max_steps=60),
+        train_dataset=features[:256],
+        eval_dataset=features[256:],
+        data_collator=transformers.DataCollatorForTokenClassification(tokenizer),
+        compute_metrics=token_classification_metrics(model.config.id2label),
+    )
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < before["eval_loss"] - 0.2
+    assert after["eval_accuracy"] > 0.9 and after["eval_f1"] > 0.8, after
+
+
+def test_entity_spans_follow_conll_rules():
+    assert entity_spans(["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-ORG"]) == {
+        ("PER", 0, 1),
+        ("LOC", 3, 3),
+        ("LOC", 4, 4),
+        ("ORG", 5, 5),
+    }
+
+
+def test_pipelines_from_a_saved_folder(tmp_path):
+    tokenizer = bert_tokenizer()
+    heads = {
+        "fill-mask": (BERTForMaskedLM, {}),
+        "text-classification": (BERTForSequenceClassification, dict(id2label={0: "neg", 1: "pos"})),
+        "token-classification": (BERTForTokenClassification, dict(id2label={0: "O", 1: "B-ANI", 2: "I-ANI"})),
+        "feature-extraction": (BERTModel, {}),
+    }
+    for task, (cls, overrides) in heads.items():
+        torch.manual_seed(0)
+        cls(tiny_config(tokenizer, **overrides)).save_pretrained(tmp_path / task)
+        tokenizer.save_pretrained(tmp_path / task)
+    text = "the big cat sat on a mat"
+
+    fill = transformers.pipeline("fill-mask", model=str(tmp_path / "fill-mask"))
+    guesses = fill(f"the big {tokenizer.mask_token} sat on a mat", top_k=3)
+    assert len(guesses) == 3 and all(tokenizer.mask_token not in g["sequence"] for g in guesses)
+
+    classify = transformers.pipeline("text-classification", model=str(tmp_path / "text-classification"))
+    scores = classify({"text": "the cat", "text_pair": "a dog ran"}, top_k=None)
+    assert {s["label"] for s in scores} == {"neg", "pos"} and abs(sum(s["score"] for s in scores) - 1) < 1e-5
+
+    tag = transformers.pipeline(
+        "token-classification", model=str(tmp_path / "token-classification"), aggregation_strategy="simple"
+    )
+    entities = tag(text)
+    assert entities and all(e["entity_group"] == "ANI" for e in entities)
+    for entity in entities:
+        assert text[entity["start"] : entity["end"]] == entity["word"]
+
+    extract = transformers.pipeline("feature-extraction", model=str(tmp_path / "feature-extraction"))
+    features = torch.tensor(extract(text))
+    model = BERTModel.from_pretrained(tmp_path / "feature-extraction").eval()
+    with torch.no_grad():
+        expected = model(**tokenizer(text, return_tensors="pt")).last_hidden_state
+    torch.testing.assert_close(features, expected)
+
+
+def test_question_answering_pipeline_finds_the_span(tmp_path):
+    """A tiny model trained to point at the animal of a context answers through the registered pipeline, also when
+    the answer lies beyond the first window of a long context."""
+    rng = random.Random(0)
+    filler = [w for w in WORDS if w not in ("cat", "dog", "bird")]
+    tokenizer = bert_tokenizer()
+    questions, contexts, starts, ends = [], [], [], []
+    for _ in range(400):
+        words = [rng.choice(filler) for _ in range(rng.randint(4, 12))]
+        animal = rng.choice(["cat", "dog", "bird"])
+        words.insert(rng.randint(0, len(words)), animal)
+        context = " ".join(words)
+        char = context.index(animal)
+        encoded = tokenizer("which animal", context)
+        questions.append("which animal")
+        contexts.append(context)
+        starts.append(encoded.char_to_token(char, sequence_index=1))
+        ends.append(encoded.char_to_token(char + len(animal) - 1, sequence_index=1))
+    batch = tokenizer(questions, contexts, padding=True, return_tensors="pt")
+    starts, ends = torch.tensor(starts), torch.tensor(ends)
+    torch.manual_seed(0)
+    model = BERTForQuestionAnswering(tiny_config(tokenizer, hidden_dropout=0.0, attention_dropout=0.0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(80):
+        rows = torch.randint(0, len(starts), (32,))
+        loss = model(
+            **{k: v[rows] for k, v in batch.items()}, start_positions=starts[rows], end_positions=ends[rows]
+        ).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval().save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+
+    qa = transformers.pipeline("hf-seq-question-answering", model=str(tmp_path))
+    context = "the big red fox sat on a mat near a dog"
+    result = qa(question="which animal", context=context)
+    assert result["answer"] == "dog" and result["start"] == context.index("dog") and result["score"] > 0.5, result
+    long_context = " ".join(["the park and tree"] * 20) + " a cat sang"  # 3 or more windows of 32 tokens
+    assert len(tokenizer(long_context)["input_ids"]) > 2 * 32
+    result = qa({"question": "which animal", "context": long_context}, max_answer_length=4)
+    assert result["answer"] == "cat" and long_context[result["start"] : result["end"]] == "cat", result
+
+
+def test_best_span_respects_order_length_and_context():
+    start = torch.tensor([0.0, 5.0, 0.0, 0.0, 9.0])
+    end = torch.tensor([0.0, 0.0, 0.0, 4.0, 9.0])
+    context = torch.tensor([False, True, True, True, True])
+    assert best_span(start, end, context, max_answer_length=5)[:2] == (4, 4)
+    assert best_span(start, end, context & torch.tensor([1, 1, 1, 1, 0]).bool(), 5)[:2] == (1, 3)
+    assert best_span(start, end, context & torch.tensor([1, 1, 1, 1, 0]).bool(), 2)[:2] != (1, 3)
