@@ -95,6 +95,40 @@ def cmd_card(args) -> None:
     print(f"wrote {write_card(args.folder, repo_id=args.repo_id)}")
 
 
+def cmd_push(args) -> None:
+    from hf_seq.hub import push
+
+    print(push(args.folder, args.repo_id, private=args.private, token=args.token, dry_run=args.dry_run))
+
+
+def cmd_evaluate(args) -> None:
+    """Evaluate a saved model on the held-out split of the recipe it was trained with (recipe.json in the folder),
+    or of another recipe, with key=value overrides."""
+    from hf_seq.training import evaluate_folder
+
+    print(json.dumps(evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides), indent=2))
+
+
+def cmd_generate(args) -> None:
+    from transformers import AutoConfig, pipeline
+
+    import hf_seq  # noqa: F401  (registers the families and the translation pipeline)
+
+    if args.prompt is None and args.file is None:
+        raise SystemExit("hf-seq generate: give --prompt TEXT or --file FILE (one prompt per line)")
+    prompts = [args.prompt] if args.prompt is not None else Path(args.file).read_text().splitlines()
+    config = AutoConfig.from_pretrained(args.folder)
+    task = "translation" if config.is_encoder_decoder else "text-generation"
+    generator = pipeline(task, model=args.folder)
+    kwargs = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, do_sample=args.do_sample)
+    if args.do_sample:
+        kwargs |= dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    for prompt in prompts:
+        out = generator(prompt, **kwargs)
+        key = "translation_text" if task == "translation" else "generated_text"
+        print(out[0][key])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-seq", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +160,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--repo-id", help="the Hub name to show in the usage examples")
     p.set_defaults(func=cmd_card)
+
+    p = commands.add_parser("evaluate", help="evaluate a saved model (perplexity, BLEU) on its recipe's held-out data")
+    p.add_argument("folder")
+    p.add_argument("--recipe", help="a recipe to take the data from (default: the folder's recipe.json)")
+    p.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.eval_examples=500")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = commands.add_parser("generate", help="continue prompts (language models) or translate them (seq2seq)")
+    p.add_argument("folder")
+    p.add_argument("--prompt")
+    p.add_argument("--file", help="a text file, one prompt per line")
+    p.add_argument("--max-new-tokens", type=int, default=50)
+    p.add_argument("--num-beams", type=int, default=1)
+    p.add_argument("--do-sample", action="store_true")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.set_defaults(func=cmd_generate)
+
+    p = commands.add_parser("push", help="check a saved model loads without hf-seq, then upload it to the Hub")
+    p.add_argument("folder")
+    p.add_argument("repo_id", help="e.g. your-name/gpt-stdlib-tiny")
+    p.add_argument("--private", action="store_true")
+    p.add_argument("--token", help="a Hub token (default: the one `hf auth login` saved)")
+    p.add_argument("--dry-run", action="store_true", help="check and list the files, upload nothing")
+    p.set_defaults(func=cmd_push)
     return parser
 
 

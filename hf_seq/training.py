@@ -34,18 +34,6 @@ CHECKPOINT_PREFIX = "checkpoint-"
 
 
 # ---------------------------------------------------------------------------------------------- schedules, optimizer
-def inverse_sqrt_schedule(optimizer, warmup_steps: int):
-    """Vaswani et al. (2017), eq. 3, relative to the peak learning rate: linear warm-up, then 1/sqrt(step)."""
-    warmup = max(1, warmup_steps)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, math.sqrt(warmup / (s + 1))))
-
-
-def make_scheduler(name: str, optimizer, warmup_steps: int, max_steps: int):
-    if name == "inverse_sqrt":
-        return inverse_sqrt_schedule(optimizer, warmup_steps)
-    return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=max_steps)
-
-
 def decay_parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """AdamW groups: weight decay on matrices only, not on biases and norm gains (GPT-2 / BERT practice)."""
     decay, no_decay = [], []
@@ -100,17 +88,13 @@ def load_examples(recipe: Recipe):
     return [rows[i] for i in order[n_eval:]], [rows[i] for i in order[:n_eval]]
 
 
-def build_datasets(recipe: Recipe, tokenizer, train_rows, eval_rows):
-    d = recipe.data
+def build_dataset(recipe: Recipe, tokenizer, rows):
+    """Packed LM blocks (causal, masked) or tokenized source/target pairs (seq2seq)."""
     if recipe.task == "causal_lm":
-        return data_lib.packed_lm_dataset(train_rows, tokenizer, d.block_size), data_lib.packed_lm_dataset(
-            eval_rows, tokenizer, d.block_size
-        )
+        return data_lib.packed_lm_dataset(rows, tokenizer, recipe.data.block_size)
     if recipe.task == "masked_lm":
-        return data_lib.packed_mlm_dataset(train_rows, tokenizer, d.block_size), data_lib.packed_mlm_dataset(
-            eval_rows, tokenizer, d.block_size
-        )
-    return seq2seq_dataset(train_rows, tokenizer, d.block_size), seq2seq_dataset(eval_rows, tokenizer, d.block_size)
+        return data_lib.packed_mlm_dataset(rows, tokenizer, recipe.data.block_size)
+    return seq2seq_dataset(rows, tokenizer, recipe.data.block_size)
 
 
 def seq2seq_dataset(rows, tokenizer, max_length: int):
@@ -251,7 +235,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True) -> dict:
         else (lambda: train_rows)
     )
     tokenizer = prepare_tokenizer(recipe, texts, output_dir, accelerator)
-    train_set, eval_set = build_datasets(recipe, tokenizer, train_rows, eval_rows)
+    train_set, eval_set = build_dataset(recipe, tokenizer, train_rows), build_dataset(recipe, tokenizer, eval_rows)
     eval_set = eval_set.select(range(min(len(eval_set), recipe.data.eval_examples)))
     if len(train_set) < t.batch_size:
         raise ValueError(f"the training data has {len(train_set)} examples, fewer than one batch of {t.batch_size}")
@@ -263,7 +247,8 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True) -> dict:
     optimizer = torch.optim.AdamW(
         decay_parameter_groups(model, t.weight_decay), lr=t.learning_rate, betas=(0.9, t.adam_beta2)
     )
-    scheduler = make_scheduler(t.scheduler, optimizer, t.warmup_steps, t.max_steps)
+    # transformers' schedules; "inverse_sqrt" is Vaswani et al.'s eq. 3 relative to the peak rate (hf_seq.schedules)
+    scheduler = get_scheduler(t.scheduler, optimizer, num_warmup_steps=t.warmup_steps, num_training_steps=t.max_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
     if t.log_with:
@@ -343,9 +328,11 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True) -> dict:
         **{k: v for k, v in final.items() if k != "step"},
     }
     accelerator.wait_for_everyone()
+    state_dict = accelerator.get_state_dict(model)  # collective: gathers FSDP / ZeRO-3 shards
+    accelerator.unwrap_model(model).save_pretrained(
+        output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
+    )
     if accelerator.is_main_process:
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
         (output_dir / "metrics.json").write_text(json.dumps({**summary, "evaluations": state["evaluations"]}, indent=2))
         (output_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
@@ -400,3 +387,28 @@ def plot_loss_curve(losses: list[float], evaluations: list[dict], path: Path) ->
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def evaluate_folder(folder, recipe=None, overrides=()) -> dict:
+    """The metrics `run` reports, measured again on a saved model: on the held-out split of its recipe."""
+    from transformers import AutoTokenizer
+
+    from hf_seq.recipes import load_recipe
+
+    folder = Path(folder)
+    if recipe is None:
+        if not (folder / "recipe.json").exists():
+            raise FileNotFoundError(f"{folder} has no recipe.json (not trained by hf-seq train): pass --recipe")
+        recipe = json.loads((folder / "recipe.json").read_text())
+    recipe = load_recipe(recipe, overrides)
+    fam = get_family(recipe.family)
+    model = fam.model_class(_auto_class(recipe.task)).from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    model = model.to(accelerator.device)
+    _, eval_rows = load_examples(recipe)
+    eval_set = build_dataset(recipe, tokenizer, eval_rows)
+    eval_set = eval_set.select(range(min(len(eval_set), recipe.data.eval_examples)))
+    return _evaluate(
+        recipe, accelerator, model, tokenizer, eval_set, eval_rows, make_collator(recipe, tokenizer, model)
+    )
