@@ -408,3 +408,20 @@ def test_token_classification_pipeline(tokenizer):
         assert entity["entity"] == model.config.id2label[int(probs[i].argmax())]
         assert entity["score"] == pytest.approx(probs[i].max().item(), abs=1e-5)
         assert text[entity["start"] : entity["end"]].strip() == tokenizer.decode(encoded.input_ids[0, i]).strip()
+
+
+def test_resize_token_embeddings_keeps_the_tie_and_the_output_bias():
+    model = RNNForCausalLM(RNNConfig(**TINY, embedding_size=8))
+    model.resize_token_embeddings(60, mean_resizing=False)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert model.lm_head.weight.shape == (60, 8) and model.lm_head.bias.shape == (60,)
+    assert model(torch.tensor([[59, 3]])).logits.shape == (1, 2, 60)
+
+
+@pytest.mark.parametrize("cell_type", ["lstm", "gated"])
+def test_bf16_forward_and_generate(cell_type):
+    torch.manual_seed(0)
+    model = RNNForCausalLM(RNNConfig(**TINY, cell_type=cell_type)).eval().to(torch.bfloat16)
+    ids = torch.randint(FIRST_WORD, 50, (2, 5))
+    assert model(ids).logits.dtype == torch.bfloat16
+    assert model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=PAD).shape == (2, 8)
