@@ -2,13 +2,14 @@
 
     ours = from_transformers(GPT2LMHeadModel.from_pretrained("gpt2"))    # -> GPTForCausalLM
     reference = to_transformers(ours)                                     # -> GPT2LMHeadModel
+    bert = from_transformers("path/to/bert")   # a folder saved by transformers (BertForMaskedLM) -> BERTForMaskedLM
 
 Each supported pair is one `Conversion` in `CONVERSIONS`, keyed by the reference class. A conversion is two config
 functions (each rejects, naming it, any option the other side cannot represent) and a list of weight `Rule`s; the
-rules are read in both directions, so a pair is described once. To add a pair (e.g. `BertForMaskedLM` <->
-`BERTForMaskedLM`, `MarianMTModel` <-> `TransformerForConditionalGeneration`), write its two config functions and
-its rules, and add an entry with `register_conversion`. Reference models that store q, k and v separately map onto
-our fused projections with the `"concat"` rule (a fused K/V of cross-attention likewise).
+rules are read in both directions, so a pair is described once. To add a pair (e.g. `MarianMTModel` <->
+`TransformerForConditionalGeneration`), write its two config functions and its rules, and add an entry with
+`register_conversion`. Reference models that store q, k and v separately (BERT, Marian) map onto our fused
+projections with the `"concat"` rule (a fused K/V of cross-attention likewise).
 """
 
 import copy
