@@ -167,14 +167,31 @@ class TransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
 
+    @torch.no_grad()
     def _init_weights(self, module):
+        """The paper does not say; this follows the authors' tensor2tensor code and fairseq. Linear layers are
+        Glorot-uniform (each of q, k and v on its own in a fused projection); token embeddings, multiplied by
+        sqrt(d), start with std d^-1/2 so the sum has unit variance like the sinusoids added to it; an untied output
+        projection starts like the embeddings."""
         super()._init_weights(module)  # normal(0, initializer_range) linears and embeddings, unit norms
         if isinstance(module, SinusoidalPositionalEmbedding):
             module.reset_buffers()
         elif isinstance(module, nn.Embedding) and self.config.scale_embedding:
-            # Embeddings are multiplied by sqrt(d); std d^-1/2 gives the sum unit variance, like the sinusoids
-            # added to it (fairseq's choice; the paper does not say).
             init.normal_(module.weight, mean=0.0, std=self.config.hidden_size**-0.5)
+        elif isinstance(module, nn.Linear) and module is getattr(self, "lm_head", None):
+            init.normal_(module.weight, mean=0.0, std=self.config.hidden_size**-0.5)  # replaced when tied
+        elif isinstance(module, nn.Linear) and not getattr(module.weight, "_is_hf_initialized", False):
+            for block in module.weight.split(self._projection_width(module)):  # q, k, v of a fused projection
+                nn.init.xavier_uniform_(block)
+
+    def _projection_width(self, linear: nn.Linear) -> int:
+        for attention in self.modules():
+            if isinstance(attention, MultiHeadAttention) and linear in (
+                getattr(attention, "qkv_proj", None),
+                getattr(attention, "kv_proj", None),
+            ):
+                return attention.num_heads * attention.head_dim
+        return linear.out_features
 
 
 class TransformerStack(nn.Module):
