@@ -73,6 +73,14 @@ def cmd_train(args) -> None:
     print(json.dumps(summary, indent=2))
 
 
+def cmd_finetune(args) -> None:
+    from hf_seq.finetuning import finetune
+    from hf_seq.recipes import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides, command="finetune")
+    print(json.dumps(finetune(recipe, resume=args.resume), indent=2))
+
+
 def cmd_train_tokenizer(args) -> None:
     from hf_seq.data import load_text_dataset
     from hf_seq.tokenization import train_bpe_tokenizer
@@ -145,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. training.max_steps=100 model.hidden_size=64")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output_dir")
     p.set_defaults(func=cmd_train)
+
+    p = commands.add_parser("finetune", help="fine-tune with Trainer: sequence/token classification, translation")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.add_argument("--resume", action="store_true", help="continue from the last Trainer checkpoint")
+    p.set_defaults(func=cmd_finetune)
 
     p = commands.add_parser("train-tokenizer", help="train a byte-level or BERT-style BPE tokenizer")
     p.add_argument("--dataset", default="stdlib", help="stdlib (default), a Hub dataset name, or use --files")

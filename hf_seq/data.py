@@ -153,3 +153,100 @@ def gettext_pairs(target_language: str = "fr", max_pairs: int | None = None, max
             pairs.setdefault(source.strip(), target.strip())
     rows = [{"source": s, "target": t} for s, t in sorted(pairs.items())]
     return rows[:max_pairs]
+
+
+BRACKETS = {"(": ")", "[": "]", "{": "}"}
+
+
+def parentheses_classification(num_examples: int = 4000, seed: int = 0, min_length: int = 4, max_length: int = 24):
+    """The balanced colored-parentheses task: is a string of ( ) [ ] { } well nested? Half the examples are
+    balanced; the other half are balanced strings with one bracket replaced, so length and bracket counts alone do
+    not give the answer. A classic probe of what a sequence model can count and remember.
+    Returns [{"text": "( [ ] ) { }", "label": 1}, ...] (brackets separated by spaces)."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(num_examples):
+        pairs = rng.randint(min_length // 2, max_length // 2)
+        out, stack = [], []
+        while len(out) < 2 * pairs:
+            if stack and (len(stack) + len(out) >= 2 * pairs or rng.random() < 0.5):
+                out.append(BRACKETS[stack.pop()])
+            else:
+                stack.append(rng.choice(list(BRACKETS)))
+                out.append(stack[-1])
+        label = i % 2
+        if label == 0:  # corrupt one bracket into a different one: the string stops being balanced
+            j = rng.randrange(len(out))
+            out[j] = rng.choice([b for b in "()[]{}" if b != out[j]])
+            if is_balanced(out):
+                label = 1
+        rows.append({"text": " ".join(out), "label": label})
+    return rows
+
+
+def is_balanced(brackets) -> bool:
+    stack = []
+    for b in brackets:
+        if b in BRACKETS:
+            stack.append(b)
+        elif not stack or BRACKETS[stack.pop()] != b:
+            return False
+    return not stack
+
+
+PYTHON_TAGS = ("O", "B-KEYWORD", "B-BUILTIN", "B-NAME", "B-NUMBER", "B-STRING")
+
+
+def python_token_tagging(max_lines: int = 4000, seed: int = 0, max_tokens: int = 32) -> list[dict]:
+    """Token classification from the standard library sources: each line of code is split into Python tokens by the
+    `tokenize` module, and each token is tagged KEYWORD, BUILTIN, NAME, NUMBER or STRING (single-token entities in
+    IOB2 form) or O (operators and punctuation). Returns [{"tokens": [...], "tags": [...]}, ...]."""
+    import builtins
+    import io
+    import keyword
+    import random
+    import tokenize
+
+    builtin_names = set(dir(builtins))
+    rows = []
+    for path in stdlib_files():
+        try:
+            source = path.read_text(encoding="utf-8")
+            tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        except (SyntaxError, UnicodeDecodeError, tokenize.TokenError, IndentationError):
+            continue
+        line: dict[int, list] = {}
+        for tok in tokens:
+            if tok.type == tokenize.NAME:
+                tag = (
+                    "B-KEYWORD"
+                    if keyword.iskeyword(tok.string)
+                    else "B-BUILTIN"
+                    if tok.string in builtin_names
+                    else "B-NAME"
+                )
+            elif tok.type == tokenize.NUMBER:
+                tag = "B-NUMBER"
+            elif tok.type == tokenize.STRING and "\n" not in tok.string and len(tok.string) < 40:
+                tag = "B-STRING"
+            elif tok.type == tokenize.OP:
+                tag = "O"
+            else:
+                continue
+            line.setdefault(tok.start[0], []).append((tok.string, tag))
+        for items in line.values():
+            if 3 <= len(items) <= max_tokens:
+                rows.append({"tokens": [s for s, _ in items], "tags": [t for _, t in items]})
+        if len(rows) >= 4 * max_lines:
+            break
+    random.Random(seed).shuffle(rows)
+    return rows[:max_lines]
+
+
+# Tasks for fine-tuning recipes that need no download: name -> (rows function, task).
+FINETUNE_TASKS = {
+    "parentheses": (parentheses_classification, "sequence_classification"),
+    "python-tokens": (python_token_tagging, "token_classification"),
+}

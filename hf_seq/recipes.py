@@ -10,11 +10,17 @@ from pathlib import Path
 
 import yaml
 
-TASKS = {
+PRETRAINING_TASKS = {  # hf-seq train: the accelerate loop
     "causal_lm": "AutoModelForCausalLM",
     "masked_lm": "AutoModelForMaskedLM",
     "seq2seq": "AutoModelForSeq2SeqLM",
 }
+FINETUNING_TASKS = {  # hf-seq finetune: Trainer / Seq2SeqTrainer
+    "sequence_classification": "AutoModelForSequenceClassification",
+    "token_classification": "AutoModelForTokenClassification",
+    "translation": "AutoModelForSeq2SeqLM",
+}
+TASKS = PRETRAINING_TASKS | FINETUNING_TASKS
 SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
 MIXED_PRECISION = ("no", "bf16", "fp16")
 
@@ -35,6 +41,9 @@ class TokenizerRecipe:
 class DataRecipe:
     dataset: str = "stdlib"  # stdlib | gettext | a synthetic task | local files | a Hub dataset name
     text_column: str = "text"
+    label_column: str = "label"  # sequence classification
+    tokens_column: str = "tokens"  # token classification: words and their tags
+    tags_column: str = "tags"
     source_column: str = "source"  # seq2seq
     target_column: str = "target"
     source_language: str = "en"  # gettext pairs
@@ -149,8 +158,9 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
     node[keys[-1]] = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
 
 
-def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    """Read a recipe (YAML path or dict), apply `key.sub=value` overrides, and check it completely."""
+def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = (), command: str = "train") -> Recipe:
+    """Read a recipe (YAML path or dict), apply `key.sub=value` overrides, and check it completely for `command`
+    (`train`: pretraining tasks; `finetune`: fine-tuning tasks)."""
     if isinstance(path_or_dict, dict):
         tree = copy.deepcopy(path_or_dict)
     else:
@@ -164,22 +174,28 @@ def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = ()) -> Re
             raise RecipeError(f"override {item!r} is not of the form key=value (e.g. training.max_steps=100)")
         _set_dotted(tree, key.strip(), value.strip())
     recipe = _build(Recipe, tree, "")
-    validate(recipe)
+    validate(recipe, command)
     return recipe
 
 
-def validate(recipe: Recipe) -> None:
+def validate(recipe: Recipe, command: str = "train") -> None:
     from hf_seq.registry import family as get_family
 
     try:
         fam = get_family(recipe.family)
     except KeyError as error:
         raise RecipeError(str(error.args[0])) from None
-    tasks = [task for task, auto in TASKS.items() if auto in fam.models]
+    command_tasks = PRETRAINING_TASKS if command == "train" else FINETUNING_TASKS
+    tasks = [task for task, auto in command_tasks.items() if auto in fam.models]
     if recipe.task is None:
         recipe.task = tasks[0] if tasks else None
-    if recipe.task not in TASKS:
-        raise RecipeError(f"recipe key 'task': {recipe.task!r} is not a task; allowed values: {list(TASKS)}")
+    if recipe.task not in command_tasks:
+        other = "finetune" if command == "train" else "train"
+        hint = f" ({recipe.task!r} is a task of `hf-seq {other}`)" if recipe.task in TASKS else ""
+        raise RecipeError(
+            f"recipe key 'task': {recipe.task!r} is not a task of `hf-seq {command}`{hint}; allowed values: "
+            f"{list(command_tasks)}"
+        )
     if recipe.task not in tasks:
         raise RecipeError(f"family {fam.model_type!r} cannot do task {recipe.task!r}; it can do: {tasks}")
     t = recipe.training
@@ -201,6 +217,8 @@ def validate(recipe: Recipe) -> None:
     if style not in (None, "byte_level", "bert"):
         raise RecipeError(f"recipe key 'tokenizer.style': {style!r}; allowed values: ['byte_level', 'bert']")
     allowed = {f.name for f in dataclasses.fields(fam.config_class)} | {"attn_implementation", "num_labels"}
+    if command == "finetune":
+        allowed.add("from_pretrained")
     unknown = sorted(set(recipe.model) - allowed)
     if unknown:
         raise RecipeError(
@@ -208,6 +226,6 @@ def validate(recipe: Recipe) -> None:
         )
     # the model section must build a valid config (its own checks name the option and the allowed values)
     try:
-        fam.config_class(**recipe.model)
+        fam.config_class(**{k: v for k, v in recipe.model.items() if k != "from_pretrained"})
     except (TypeError, ValueError) as error:
         raise RecipeError(f"recipe section 'model' is not a valid {fam.config}: {error}") from None

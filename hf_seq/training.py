@@ -370,14 +370,14 @@ def _auto_class(task: str) -> str:
     return TASKS[task]
 
 
-def plot_loss_curve(losses: list[float], evaluations: list[dict], path: Path) -> None:
+def plot_loss_curve(losses: list[float], evaluations: list[dict], path: Path, steps: list[int] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(range(1, len(losses) + 1), losses, lw=1, label="training loss")
+    ax.plot(steps or range(1, len(losses) + 1), losses, lw=1, label="training loss")
     if evaluations:
         ax.plot([e["step"] for e in evaluations], [e["eval_loss"] for e in evaluations], "o-", label="evaluation loss")
     ax.set_xlabel("optimizer step")
