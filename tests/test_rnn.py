@@ -163,6 +163,36 @@ def test_fused_kernels_run_every_cell_but_the_gated_one():
     assert kinds == {"elman": "RNN", "gru": "GRU", "lstm": "LSTM", "gated": "GatedElman"}
 
 
+@pytest.mark.parametrize("cell_type", ["gated", "gru", "lstm"])
+def test_stack_as_encoder_and_as_step_by_step_decoder(cell_type):
+    """The contracts an encoder-decoder relies on. Bidirectional, right-padded: the last layer's final states are the
+    forward state at each row's last real token and the backward state at its first token. Unidirectional, fed one
+    step at a time with its state (an LSTM's cell may start as None, meaning zeros): equals the whole sequence."""
+    torch.manual_seed(0)
+    encoder = RecurrentStack(cell_type, 5, 4, num_layers=2, bidirectional=True).eval()
+    x = torch.randn(2, 6, 5)
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, 4:] = 0
+    with torch.no_grad():
+        out = encoder(x, attention_mask=mask)
+    last = torch.tensor([5, 3])
+    torch.testing.assert_close(out.hidden[-2], out.output[torch.arange(2), last, :4])
+    torch.testing.assert_close(out.hidden[-1], out.output[:, 0, 4:])
+    assert out.output[1, 4:].abs().sum() == 0
+
+    decoder = RecurrentStack(cell_type, 5, 4, num_layers=2).eval()
+    start = torch.randn(2, 2, 4)
+    with torch.no_grad():
+        whole = decoder(x, (start, None))
+        state, steps = (start, None), []
+        for t in range(6):
+            step = decoder(x[:, t : t + 1], state)
+            steps.append(step.output)
+            state = (step.hidden, step.cell)
+    torch.testing.assert_close(torch.cat(steps, 1), whole.output)
+    torch.testing.assert_close(state[0], whole.hidden)
+
+
 # ------------------------------------------------------------------------------------------------- the state
 @pytest.mark.parametrize("cell_type, nonlinearity", CELLS)
 def test_state_carried_in_chunks_equals_one_pass(cell_type, nonlinearity):

@@ -220,7 +220,8 @@ class RecurrentStack(nn.Module):
     """`num_layers` recurrent layers of one cell type, with dropout between layers (as nn.LSTM's `dropout`).
 
     `forward(inputs (B, T, I), state=(hidden, cell) or None, attention_mask (B, T) or None)`: the state is what a
-    previous call returned (None: zeros), `cell` is None except for the LSTM. Returns a `RecurrentStackOutput`.
+    previous call returned (None: zeros); `cell` is the LSTM's (None: zeros) and ignored by the other cells.
+    Returns a `RecurrentStackOutput`.
     Called one step at a time with its own state, it is a decoder; with `bidirectional=True`, an encoder whose
     `hidden[-2:]` are the last layer's summaries of the sequence read forwards and backwards."""
 
@@ -267,6 +268,8 @@ class RecurrentStack(nn.Module):
         if state is None:
             state = self.initial_state(batch_size, inputs.device, inputs.dtype)
         hidden, cell = state
+        if self.cell_type == "lstm" and cell is None:  # e.g. a decoder started from an encoder's hidden state only
+            cell = torch.zeros_like(hidden)
         lengths = order = None
         if attention_mask is not None and not bool(attention_mask.all()):
             real = attention_mask.bool()
