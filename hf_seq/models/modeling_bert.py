@@ -2,7 +2,7 @@
 
 h_0 = LN(E[x] + P[positions] + S[token types])                      (post-LN; pre-LN has no embedding LN)
 h_l = LN(h_{l-1} + Attn(h_{l-1}));  h_l = LN(h_l + FFN(h_l))        (post-LN; pre-LN: h + f(LN(h)), final LN)
-p(x_t | x_{\\t}) = softmax(W_o LN(act(W_t h_L,t)) + b)              (masked LM, W_o tied to E)
+p(x_t | x_{≠t}) = softmax(E LN(act(W_t h_{L,t})) + b)             (masked LM: the output matrix is E, tied)
 
 Every token attends to every other real token (no causal mask): that is what lets a masked token be predicted from
 both sides, and why the model encodes rather than generates.
