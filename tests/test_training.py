@@ -72,8 +72,13 @@ def test_overrides_are_typed():
 
 
 def test_shipped_recipes_are_valid():
-    for path in sorted((ROOT / "recipes").glob("*.yaml")):
-        load_recipe(path)
+    from hf_seq.recipes import FINETUNING_TASKS
+
+    paths = sorted((ROOT / "recipes").glob("*.yaml"))
+    assert {"gpt", "rnn", "bert", "transformer"} <= {yaml.safe_load(p.read_text())["family"] for p in paths}
+    for path in paths:
+        task = yaml.safe_load(path.read_text()).get("task")
+        load_recipe(path, command="finetune" if task in FINETUNING_TASKS else "train")
 
 
 def _train(tmp_path, out, extra=(), launcher=(sys.executable, "-m", "hf_seq.cli")):
