@@ -338,3 +338,54 @@ def test_alignment_plot_from_cross_attention(tmp_path):
     torch.testing.assert_close(torch.as_tensor(shown), out.cross_attentions[-1][1, :, :, :4].mean(0))
     with pytest.raises(ValueError, match="target and 4 source tokens"):
         plot_alignment(out.cross_attentions[-1][1], source, target)
+
+
+def test_seq2seq_trainer_with_generation_and_bleu(tokenizer, tmp_path):
+    """A few Seq2SeqTrainer steps on four phrase pairs (label smoothing, the inverse-sqrt schedule), then
+    evaluation by generation: the BLEU it reports is the BLEU of what generate() gives for the same sources."""
+    from hf_seq.evaluation import bleu_metrics, corpus_bleu
+
+    pairs = [("the cat sat", "le chat est assis"), ("on the mat", "sur le tapis"), ("the cat", "le chat")]
+    eos = tokenizer.eos_token_id
+
+    def encode(source, target):
+        return {"input_ids": tokenizer(source)["input_ids"] + [eos], "labels": tokenizer(target)["input_ids"] + [eos]}
+
+    model = tiny_model(vocab_size=len(tokenizer), max_position_embeddings=64, label_smoothing=0.1).train()
+    args = transformers.Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=6,
+        per_device_eval_batch_size=2,
+        max_steps=20,
+        learning_rate=3e-3,
+        warmup_steps=5,
+        lr_scheduler_type="inverse_sqrt",
+        predict_with_generate=True,
+        generation_max_length=10,
+        generation_num_beams=2,
+        logging_steps=5,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = transformers.Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=[encode(*pair) for pair in pairs] * 4,
+        eval_dataset=[encode(*pair) for pair in pairs],
+        data_collator=transformers.DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=bleu_metrics(tokenizer),
+    )
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses[-1] < losses[0] / 2, losses
+    metrics = trainer.evaluate()
+    model.eval()
+    hypotheses = []
+    for source, _ in pairs:
+        ids = model.generate(torch.tensor([encode(source, "")["input_ids"]]), max_length=10, num_beams=2)
+        hypotheses.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    assert metrics["eval_bleu"] == pytest.approx(corpus_bleu(hypotheses, [target for _, target in pairs]))
+    assert corpus_bleu(["le chat est assis sur le tapis"], ["le chat est assis sur le tapis"]) == pytest.approx(100.0)
