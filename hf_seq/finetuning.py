@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import datasets
-import numpy as np
 import torch
 from transformers import (
     AutoTokenizer,
@@ -22,7 +21,7 @@ from transformers import (
 )
 
 from hf_seq import data as data_lib
-from hf_seq.evaluation import classification_metrics, token_classification_metrics
+from hf_seq.evaluation import bleu_metrics, classification_metrics, token_classification_metrics
 from hf_seq.recipes import TASKS, Recipe
 from hf_seq.registry import family as get_family
 from hf_seq.training import build_config, plot_loss_curve
@@ -103,19 +102,6 @@ def tokenize_rows(recipe: Recipe, rows: list[dict], tokenizer, label2id: dict | 
             ],
         }
     )
-
-
-def bleu_metrics(tokenizer):
-    import sacrebleu
-
-    def compute(eval_pred) -> dict:
-        predictions = np.where(eval_pred.predictions < 0, tokenizer.pad_token_id, eval_pred.predictions)
-        labels = np.where(eval_pred.label_ids < 0, tokenizer.pad_token_id, eval_pred.label_ids)
-        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
-        references = tokenizer.batch_decode(labels, skip_special_tokens=True)
-        return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
-
-    return compute
 
 
 def finetune(recipe: Recipe, resume: bool = False) -> dict:

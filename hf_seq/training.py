@@ -189,7 +189,7 @@ def _is_causal(model) -> bool:
 
 @torch.no_grad()
 def evaluate_bleu(model, tokenizer, rows, max_new_tokens: int, num_beams: int, batch_size: int, device) -> dict:
-    import sacrebleu
+    from hf_seq.evaluation import corpus_bleu
 
     model.eval()
     tokenizer.padding_side = "right"
@@ -202,7 +202,7 @@ def evaluate_bleu(model, tokenizer, rows, max_new_tokens: int, num_beams: int, b
         hypotheses += tokenizer.batch_decode(out, skip_special_tokens=True)
     model.train()
     references = [r["target"] for r in rows]
-    return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
+    return {"bleu": corpus_bleu(hypotheses, references)}
 
 
 # ---------------------------------------------------------------------------------------------- the loop
