@@ -1,9 +1,11 @@
 """hf-seq: the lineage of sequence models, from Elman's RNN to GPT, as Hugging Face transformers models."""
 
+from .models.configuration_bahdanau import BahdanauConfig
 from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
 from .models.configuration_rnn import RNNConfig
 from .models.configuration_transformer import TransformerConfig
+from .models.modeling_bahdanau import BahdanauForConditionalGeneration, BahdanauModel, BahdanauState
 from .models.modeling_bert import (
     BERTForMaskedLM,
     BERTForQuestionAnswering,
@@ -32,6 +34,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FAMILIES",
+    "BahdanauConfig",
+    "BahdanauForConditionalGeneration",
+    "BahdanauModel",
+    "BahdanauState",
     "BERTConfig",
     "BERTForMaskedLM",
     "BERTForQuestionAnswering",

@@ -70,6 +70,12 @@ FAMILIES: tuple[Family, ...] = (
         "TransformerConfig",
         {"AutoModel": "TransformerModel", "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration"},
     ),
+    Family(
+        "bahdanau",
+        "hf_seq_bahdanau",
+        "BahdanauConfig",
+        {"AutoModel": "BahdanauModel", "AutoModelForSeq2SeqLM": "BahdanauForConditionalGeneration"},
+    ),
 )
 
 
