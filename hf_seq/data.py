@@ -250,3 +250,66 @@ FINETUNE_TASKS = {
     "parentheses": (parentheses_classification, "sequence_classification"),
     "python-tokens": (python_token_tagging, "token_classification"),
 }
+
+
+# ---------------------------------------------------------------------------------------------- seq2seq synthetic tasks
+def sequence_reversal(
+    num_examples: int = 20000,
+    seed: int = 0,
+    min_length: int = 5,
+    max_length: int = 20,
+    vocabulary: str = "abcdefghijklmnopqrstuvwxyz",
+) -> list[dict]:
+    """Reverse a random sequence of symbols: {"source": "k d a", "target": "a d k"} (space-separated, so a BPE
+    tokenizer keeps one token per symbol). Lengths are uniform in [min_length, max_length]. Every output token
+    depends on one input token far away in the sequence: the task where a fixed-size summary of the source runs
+    out of room as sequences grow and attention does not (Bahdanau et al. 2015, figure 2)."""
+    import random
+
+    if not 1 <= min_length <= max_length:
+        raise ValueError(f"sequence_reversal: need 1 <= min_length <= max_length, got {min_length}, {max_length}")
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(num_examples):
+        symbols = rng.choices(vocabulary, k=rng.randint(min_length, max_length))
+        rows.append({"source": " ".join(symbols), "target": " ".join(reversed(symbols))})
+    return rows
+
+
+MONTHS = ("January February March April May June July August September October November December").split()
+WEEKDAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
+
+
+def date_conversion(num_examples: int = 20000, seed: int = 0, min_year: int = 1900, max_year: int = 2099) -> list[dict]:
+    """Dates written the ways people write them, to ISO 8601: {"source": "Thu, Mar 5, 1998", "target": "1998-03-05"}.
+    Formats (English month and day names): "March 5, 1998", "5 March 1998", "Thu, Mar 5, 1998", "05.03.1998"
+    (day first) and "03/05/1998" (month first, US). The model must reorder fields, spell months as numbers, pad
+    days, and learn to ignore the weekday."""
+    import datetime
+    import random
+
+    rng = random.Random(seed)
+    first = datetime.date(min_year, 1, 1).toordinal()
+    last = datetime.date(max_year, 12, 31).toordinal()
+    rows = []
+    for _ in range(num_examples):
+        date = datetime.date.fromordinal(rng.randint(first, last))
+        month, day, year = MONTHS[date.month - 1], date.day, date.year
+        source = rng.choice(
+            (
+                f"{month} {day}, {year}",
+                f"{day} {month} {year}",
+                f"{WEEKDAYS[date.weekday()][:3]}, {month[:3]} {day}, {year}",
+                f"{day:02d}.{date.month:02d}.{year}",
+                f"{date.month:02d}/{day:02d}/{year}",
+            )
+        )
+        rows.append({"source": source, "target": date.isoformat()})
+    return rows
+
+
+# Sequence-to-sequence tasks the training loop finds by name (recipe `data.dataset`): name -> rows(num_examples, seed).
+SYNTHETIC_TASKS = {
+    "reversal": sequence_reversal,
+    "dates": date_conversion,
+}
