@@ -1,0 +1,256 @@
+"""hf-seq's TransformerForConditionalGeneration against transformers' MarianMTModel at the same configuration and with
+the same weights (ours is built with the paper's choices: post-LN, sinusoidal positions, scaled and three-way tied
+embeddings, ReLU; the reference is `hf_seq.convert.to_transformers(ours)`).
+
+Measured in one run, the two models alternating within each round (which one goes first alternates between rounds):
+- training throughput: forward + backward + AdamW step on a fixed random batch of source/target pairs, in tokens/s
+  (source plus target tokens);
+- beam-search generation: 4 beams, length penalty 0.6, a fixed number of new tokens (EOS disabled so both models do
+  the same work), in source sentences/s; the two models' outputs are checked to be identical.
+Each figure is the median over rounds; the ratio column is the median of the per-round ratios ours / Marian, with
+their range. On a quiet 2-core CPU, a model timed against itself read 0.92-1.04: a ratio within about 0.08 of 1 is
+noise.
+
+    python bench/bench_transformer.py            # CPU, fp32, sdpa; writes bench/results/transformer_cpu.md
+    python bench/bench_transformer.py --quick    # a tiny configuration, a few seconds, nothing written
+
+The exact-match-by-source-length table on the synthetic reversal task (the same table as the Bahdanau bench, so the
+three sequence-to-sequence designs sit side by side) is `length_table()`; it runs with `--length-table` once
+`hf_seq.data` provides that task (see `reversal_pairs_or_none`).
+"""
+
+import argparse
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+
+from hf_seq import TransformerConfig, TransformerForConditionalGeneration
+from hf_seq.convert import to_transformers
+
+MODELS = ("ours", "marian")
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    vocab_size: int
+    layers: int  # encoder and decoder each
+    hidden_size: int
+    heads: int
+    source_len: int
+    target_len: int
+    batch_size: int
+    train_steps: int  # timed training steps per round
+    beam_batch: int  # source sentences per generate() call
+    new_tokens: int
+
+
+SIZES = {
+    "small": Size("small", 8000, 3, 256, 4, 48, 48, 16, 4, 8, 32),
+    "base-width": Size("base-width", 8000, 2, 512, 8, 48, 48, 16, 2, 8, 24),
+}
+QUICK = Size("tiny", 1000, 1, 64, 2, 16, 16, 4, 2, 2, 8)
+
+
+def build_models(size: Size, attn: str) -> dict:
+    config = TransformerConfig(
+        vocab_size=size.vocab_size,
+        hidden_size=size.hidden_size,
+        encoder_layers=size.layers,
+        decoder_layers=size.layers,
+        num_attention_heads=size.heads,
+        intermediate_size=4 * size.hidden_size,
+        max_position_embeddings=max(size.source_len, size.target_len, size.new_tokens + 1),
+    )
+    torch.manual_seed(0)
+    ours = TransformerForConditionalGeneration._from_config(config, attn_implementation=attn)
+    models = {"ours": ours, "marian": to_transformers(ours)}
+    for model in models.values():
+        model.generation_config.eos_token_id = None  # always generate exactly new_tokens tokens
+        model.generation_config.forced_eos_token_id = None
+        model.generation_config.pad_token_id = config.pad_token_id
+    return models
+
+
+class TrainingRun:
+    """One model, its AdamW optimizer and a fixed batch; `run(steps)` returns the seconds of `steps` steps."""
+
+    def __init__(self, model, size: Size):
+        self.model = model.train()
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        generator = torch.Generator().manual_seed(1)
+        self.input_ids = torch.randint(3, size.vocab_size, (size.batch_size, size.source_len), generator=generator)
+        self.labels = torch.randint(3, size.vocab_size, (size.batch_size, size.target_len), generator=generator)
+        self.tokens = self.input_ids.numel() + self.labels.numel()
+
+    def run(self, steps: int) -> float:
+        self.model.train()
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss = self.model(input_ids=self.input_ids, labels=self.labels).loss
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+
+class BeamRun:
+    def __init__(self, model, size: Size):
+        self.model, self.size = model, size
+        generator = torch.Generator().manual_seed(2)
+        self.sources = torch.randint(3, size.vocab_size, (size.beam_batch, size.source_len), generator=generator)
+
+    @torch.no_grad()
+    def run(self) -> tuple[float, torch.Tensor]:
+        self.model.eval()
+        start = time.perf_counter()
+        out = self.model.generate(
+            self.sources,
+            attention_mask=torch.ones_like(self.sources),
+            num_beams=4,
+            length_penalty=0.6,
+            max_new_tokens=self.size.new_tokens,
+            min_new_tokens=self.size.new_tokens,
+            do_sample=False,
+        )
+        return time.perf_counter() - start, out
+
+
+def bench_size(size: Size, rounds: int, attn: str) -> dict:
+    models = build_models(size, attn)
+    training = {name: TrainingRun(model, size) for name, model in models.items()}
+    beams = {name: BeamRun(model, size) for name, model in models.items()}
+    # Warm-up (allocator, kernels, first calls). The beams are compared here, before training moves the two copies'
+    # weights apart by float rounding.
+    same_beams = torch.equal(beams["ours"].run()[1], beams["marian"].run()[1])
+    for name in MODELS:
+        training[name].run(1)
+    tokens_per_s = {name: [] for name in MODELS}
+    sentences_per_s = {name: [] for name in MODELS}
+    for r in range(rounds):
+        order = MODELS if r % 2 == 0 else MODELS[::-1]
+        for name in order:
+            tokens_per_s[name].append(size.train_steps * training[name].tokens / training[name].run(size.train_steps))
+        for name in order:
+            sentences_per_s[name].append(size.beam_batch / beams[name].run()[0])
+    return {
+        "size": size,
+        "parameters": sum(p.numel() for p in models["ours"].parameters()),
+        "train": summarize(tokens_per_s),
+        "beam": summarize(sentences_per_s),
+        "same_beams": same_beams,
+    }
+
+
+def summarize(per_round: dict) -> dict:
+    ratios = [ours / marian for ours, marian in zip(per_round["ours"], per_round["marian"])]
+    return {
+        "ours": statistics.median(per_round["ours"]),
+        "marian": statistics.median(per_round["marian"]),
+        "ratio": statistics.median(ratios),
+        "ratio_range": (min(ratios), max(ratios)),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ length table hook
+def reversal_pairs_or_none():
+    """The synthetic reversal task of `hf_seq.data`, once the Bahdanau family's work adds it; None until then."""
+    import hf_seq.data
+
+    return getattr(hf_seq.data, "reversal_pairs", None)
+
+
+def length_table(make_pairs, lengths=range(10, 61, 10), train_steps: int = 2000) -> list[tuple[int, float]]:
+    """Exact match of greedy decoding against source length, for a Transformer trained on `make_pairs` (the same
+    budget and lengths as the Bahdanau bench). Not implemented here until the shared task exists: the data, the
+    training budget and the table format must be the Bahdanau bench's, so the three designs compare."""
+    raise NotImplementedError(
+        "length_table needs hf_seq.data's reversal task and the Bahdanau bench's training budget; wire it to both "
+        "once they exist."
+    )
+
+
+# ------------------------------------------------------------------------------------------------ report
+def machine() -> str:
+    return (
+        f"{torch.get_num_threads()}-thread {platform.machine()} CPU ({platform.system()}), "
+        f"torch {torch.__version__.split('+')[0]}, transformers {transformers.__version__}, fp32"
+    )
+
+
+def report(results: list[dict], attn: str) -> str:
+    lines = [
+        "# TransformerForConditionalGeneration vs MarianMTModel (CPU)",
+        "",
+        f"Machine: {machine()}; attention `{attn}`; `torch.set_flush_denormal(True)`.",
+        "Command: `python bench/bench_transformer.py`. Same weights in both (ours converted with",
+        "`hf_seq.convert.to_transformers`), the two models alternating within each round; medians over rounds,",
+        "ratio = median of per-round ours / Marian (range in brackets). A ratio within about 0.08 of 1 is noise here.",
+        "",
+        "| size | params | train tok/s ours | train tok/s Marian | ratio | beam sent/s ours | beam sent/s Marian "
+        "| ratio | same beams |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        s, t, b = r["size"], r["train"], r["beam"]
+        shape = f"{s.name}: d {s.hidden_size}, {s.layers}+{s.layers} layers, batch {s.batch_size}x{s.source_len}+{s.target_len}"
+        lines.append(
+            f"| {shape} | {r['parameters'] / 1e6:.1f}M | {t['ours']:.0f} | {t['marian']:.0f} | {t['ratio']:.2f} "
+            f"[{t['ratio_range'][0]:.2f}-{t['ratio_range'][1]:.2f}] | {b['ours']:.2f} | {b['marian']:.2f} | "
+            f"{b['ratio']:.2f} [{b['ratio_range'][0]:.2f}-{b['ratio_range'][1]:.2f}] | "
+            f"{'yes' if r['same_beams'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        f"Beam search: {results[0]['size'].beam_batch} source sentences per call, 4 beams, length penalty 0.6, "
+        "a fixed number of new tokens (EOS disabled). Training: AdamW, source + target tokens counted.",
+        "",
+        "The exact-match-by-source-length table on the reversal task (to sit beside the Bahdanau bench's) is not",
+        "measured yet: it waits for the synthetic task in `hf_seq.data` (hook: `length_table` in the script).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a tiny configuration and 2 rounds; writes nothing")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    parser.add_argument("--length-table", action="store_true", help="also the reversal exact-match table")
+    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "transformer_cpu.md"))
+    args = parser.parse_args()
+    torch.set_flush_denormal(True)  # see shared notes: denormals made CPU timings erratic
+
+    sizes = [QUICK] if args.quick else [SIZES[name] for name in args.sizes]
+    rounds = 2 if args.quick else args.rounds
+    results = []
+    for size in sizes:
+        result = bench_size(size, rounds, args.attn)
+        results.append(result)
+        t, b = result["train"], result["beam"]
+        print(
+            f"{size.name}: train tokens/s ours {t['ours']:.0f}  marian {t['marian']:.0f}  ratio {t['ratio']:.2f} "
+            f"[{t['ratio_range'][0]:.2f}-{t['ratio_range'][1]:.2f}] | beam sentences/s ours {b['ours']:.2f}  "
+            f"marian {b['marian']:.2f}  ratio {b['ratio']:.2f} [{b['ratio_range'][0]:.2f}-{b['ratio_range'][1]:.2f}] "
+            f"| same beams: {result['same_beams']}",
+            flush=True,
+        )
+    if args.length_table:
+        make_pairs = reversal_pairs_or_none()
+        if make_pairs is None:
+            print("length table skipped: hf_seq.data has no reversal task yet")
+        else:
+            print(length_table(make_pairs))
+    if not args.quick:
+        Path(args.output).write_text(report(results, args.attn))
+        print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
