@@ -101,6 +101,17 @@ def test_three_way_tying_and_untied_matrices():
     assert n_untied - n_tied == 2 * 99 * 32
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_resize_token_embeddings_resizes_all_three_matrices(tie):
+    model = tiny_model(tie_word_embeddings=tie, output_bias=True)
+    model.resize_token_embeddings(120, mean_resizing=False)
+    matrices = [model.model.encoder.embed_tokens, model.model.decoder.embed_tokens, model.lm_head]
+    assert [m.weight.shape[0] for m in matrices] == [120] * 3 and model.lm_head.bias.shape == (120,)
+    assert (model.model.decoder.embed_tokens.weight is model.model.encoder.embed_tokens.weight) == tie
+    ids = torch.randint(100, 120, (1, 4))  # new tokens on both sides
+    assert model(input_ids=ids, decoder_input_ids=ids).logits.shape == (1, 4, 120)
+
+
 def test_embeddings_are_scaled_by_sqrt_d_model():
     model = tiny_model()
     ids = torch.tensor([[5, 6, 7]])

@@ -184,6 +184,17 @@ class TransformerPreTrainedModel(PreTrainedModel):
             for block in module.weight.split(self._projection_width(module)):  # q, k, v of a fused projection
                 nn.init.xavier_uniform_(block)
 
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        """transformers resizes the input embeddings and an untied output projection; an untied decoder has a third
+        matrix over the same vocabulary."""
+        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder = self.get_decoder()
+        if decoder.embed_tokens.weight.shape != embeddings.weight.shape:
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, new_num_tokens, pad_to_multiple_of, mean_resizing
+            )
+        return embeddings
+
     def _projection_width(self, linear: nn.Linear) -> int:
         for attention in self.modules():
             if isinstance(attention, MultiHeadAttention) and linear in (
