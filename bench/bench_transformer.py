@@ -14,9 +14,9 @@ noise.
     python bench/bench_transformer.py            # CPU, fp32, sdpa; writes bench/results/transformer_cpu.md
     python bench/bench_transformer.py --quick    # a tiny configuration, a few seconds, nothing written
 
-The exact-match-by-source-length table on the synthetic reversal task (the same table as the Bahdanau bench, so the
-three sequence-to-sequence designs sit side by side) is `length_table()`; it runs with `--length-table` once
-`hf_seq.data` provides that task (see `reversal_pairs_or_none`).
+With `--length-table`, also the exact match of greedy decoding against source length (10 to 60) on the synthetic
+reversal task of `hf_seq.data`, the table the Bahdanau bench reports for its attention and no-attention models, so
+the three sequence-to-sequence designs sit side by side.
 """
 
 import argparse
@@ -157,22 +157,73 @@ def summarize(per_round: dict) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------------------------ length table hook
-def reversal_pairs_or_none():
-    """The synthetic reversal task of `hf_seq.data`, once the Bahdanau family's work adds it; None until then."""
-    import hf_seq.data
-
-    return getattr(hf_seq.data, "reversal_pairs", None)
+# ------------------------------------------------------------------------------------------------ length table
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+PAD, START, EOS = 0, 1, 2  # one id per letter after these
 
 
-def length_table(make_pairs, lengths=range(10, 61, 10), train_steps: int = 2000) -> list[tuple[int, float]]:
-    """Exact match of greedy decoding against source length, for a Transformer trained on `make_pairs` (the same
-    budget and lengths as the Bahdanau bench). Not implemented here until the shared task exists: the data, the
-    training budget and the table format must be the Bahdanau bench's, so the three designs compare."""
-    raise NotImplementedError(
-        "length_table needs hf_seq.data's reversal task and the Bahdanau bench's training budget; wire it to both "
-        "once they exist."
+def reversal_batch(rows: list[dict]) -> dict:
+    """Source and target symbols as ids (one per letter, no tokenizer needed), each ending with EOS; right padding."""
+
+    def ids(text: str) -> list[int]:
+        return [3 + LETTERS.index(symbol) for symbol in text.split()] + [EOS]
+
+    sources, targets = [ids(r["source"]) for r in rows], [ids(r["target"]) for r in rows]
+    width_s, width_t = max(map(len, sources)), max(map(len, targets))
+    input_ids = torch.tensor([s + [PAD] * (width_s - len(s)) for s in sources])
+    labels = torch.tensor([t + [-100] * (width_t - len(t)) for t in targets])
+    return {"input_ids": input_ids, "attention_mask": (input_ids != PAD).long(), "labels": labels}
+
+
+def length_table(
+    lengths=(10, 20, 30, 40, 50, 60), steps: int = 600, batch_size: int = 32, per_length: int = 50, seed: int = 0
+) -> list[tuple[int, float]]:
+    """Exact match of greedy decoding by source length on `hf_seq.data.sequence_reversal`, for a small Transformer
+    (d 64, 2 + 2 layers) trained for `steps` Adam steps on lengths drawn uniformly from min(lengths)..max(lengths).
+    The Bahdanau bench reports the same table for its `additive` and `none` models."""
+    from hf_seq.data import sequence_reversal
+    from hf_seq.schedules import inverse_sqrt_schedule
+
+    config = TransformerConfig(
+        vocab_size=3 + len(LETTERS),
+        hidden_size=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=2 * max(lengths),
+        label_smoothing=0.1,
+        pad_token_id=PAD,
+        bos_token_id=START,
+        eos_token_id=EOS,
     )
+    torch.manual_seed(seed)
+    model = TransformerForConditionalGeneration(config).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98), eps=1e-9)  # section 5.3
+    scheduler = inverse_sqrt_schedule(optimizer, warmup_steps=max(1, steps // 10))
+    rows = sequence_reversal(steps * batch_size, seed=seed, min_length=min(lengths), max_length=max(lengths))
+    for step in range(steps):
+        loss = model(**reversal_batch(rows[step * batch_size : (step + 1) * batch_size])).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    table = []
+    for length in lengths:
+        batch = reversal_batch(
+            sequence_reversal(per_length, seed=seed + 1 + length, min_length=length, max_length=length)
+        )
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=length + 1
+            )
+        predicted = torch.full_like(batch["labels"], PAD)  # generation may stop early: pad it
+        generated = out[:, 1 : length + 2]  # after the start token: the symbols and EOS
+        predicted[:, : generated.shape[1]] = generated
+        table.append((length, (predicted == batch["labels"]).all(-1).float().mean().item()))
+    return table
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -183,7 +234,7 @@ def machine() -> str:
     )
 
 
-def report(results: list[dict], attn: str) -> str:
+def report(results: list[dict], attn: str, table=None, length_steps: int = 0) -> str:
     lines = [
         "# TransformerForConditionalGeneration vs MarianMTModel (CPU)",
         "",
@@ -209,10 +260,20 @@ def report(results: list[dict], attn: str) -> str:
         "",
         f"Beam search: {results[0]['size'].beam_batch} source sentences per call, 4 beams, length penalty 0.6, "
         "a fixed number of new tokens (EOS disabled). Training: AdamW, source + target tokens counted.",
-        "",
-        "The exact-match-by-source-length table on the reversal task (to sit beside the Bahdanau bench's) is not",
-        "measured yet: it waits for the synthetic task in `hf_seq.data` (hook: `length_table` in the script).",
     ]
+    if table:
+        lines += [
+            "",
+            "## Reversal: exact match by source length",
+            "",
+            f"`python bench/bench_transformer.py --length-table --length-steps {length_steps}`: d 64, 2 + 2 layers, "
+            f"{length_steps} Adam steps of 32 sequences with lengths uniform in 10-60 (`hf_seq.data.sequence_reversal`),",
+            "label smoothing 0.1, inverse-sqrt schedule; greedy decoding of 50 new sequences per length.",
+            "",
+            "| source length | " + " | ".join(str(length) for length, _ in table) + " |",
+            "|---|" + "---|" * len(table),
+            "| exact match | " + " | ".join(f"{exact:.2f}" for _, exact in table) + " |",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -223,6 +284,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     parser.add_argument("--length-table", action="store_true", help="also the reversal exact-match table")
+    parser.add_argument("--length-steps", type=int, default=600, help="training steps for the length table")
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "transformer_cpu.md"))
     args = parser.parse_args()
     torch.set_flush_denormal(True)  # see shared notes: denormals made CPU timings erratic
@@ -241,14 +303,15 @@ def main() -> None:
             f"| same beams: {result['same_beams']}",
             flush=True,
         )
+    table = None
     if args.length_table:
-        make_pairs = reversal_pairs_or_none()
-        if make_pairs is None:
-            print("length table skipped: hf_seq.data has no reversal task yet")
-        else:
-            print(length_table(make_pairs))
+        table = length_table(
+            lengths=(10, 20) if args.quick else (10, 20, 30, 40, 50, 60), steps=20 if args.quick else args.length_steps
+        )
+        for length, exact in table:
+            print(f"reversal, source length {length}: exact match {exact:.2f}")
     if not args.quick:
-        Path(args.output).write_text(report(results, args.attn))
+        Path(args.output).write_text(report(results, args.attn, table, args.length_steps))
         print(f"wrote {args.output}")
 
 
