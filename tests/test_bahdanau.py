@@ -3,7 +3,13 @@ particular to it: the decoder step computes the paper's equations, the alignment
 source tokens, U_a h_j is computed once per sentence, beam search reorders the decoder state, scheduled sampling,
 the translation pipeline, Seq2SeqTrainer, the alignment plot."""
 
-from tests.tester import ModelTesterMixin
+import pytest
+import torch
+import transformers
+
+from hf_seq import BahdanauConfig, BahdanauForConditionalGeneration, BahdanauState
+from hf_seq.data import sequence_reversal
+from tests.tester import FIRST_WORD, PAD, ModelTesterMixin
 
 NO_DROPOUT = dict(embedding_dropout=0.0, hidden_dropout=0.0, output_dropout=0.0)
 
@@ -61,3 +67,355 @@ class TestBahdanauLSTMGeneral(TestBahdanauGRUAdditive):
 class TestBahdanauLSTMNone(TestBahdanauGRUAdditive):
     config_overrides = dict(cell_type="lstm", attention_type="none", maxout=False)
     expensive_checks = False
+
+
+TINY = dict(
+    vocab_size=99,
+    hidden_size=16,
+    embedding_size=12,
+    attention_size=10,
+    deep_output_size=8,
+    num_hidden_layers=1,
+    initializer_range=0.3,
+    **NO_DROPOUT,
+)
+
+
+def tiny_model(seed=0, **overrides) -> BahdanauForConditionalGeneration:
+    torch.manual_seed(seed)
+    model = BahdanauForConditionalGeneration(BahdanauConfig(**{**TINY, **overrides})).eval()
+    attention = model.model.decoder.attention
+    if attention is not None and hasattr(attention, "energy_weight"):
+        with torch.no_grad():  # v_a starts at 0 (uniform alignments); give the score something to say
+            for param in attention.parameters():
+                param.normal_(0.0, 0.5)
+    return model
+
+
+def source_batch(seed=0, side="right"):
+    """Two sources of lengths 7 and 4, padded on `side`."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(FIRST_WORD, 99, (2, 7), generator=g)
+    mask = torch.ones_like(ids)
+    pads = slice(4, 7) if side == "right" else slice(0, 3)
+    ids[1, pads], mask[1, pads] = PAD, 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+# ------------------------------------------------------------------------------------------------ configuration
+@pytest.mark.parametrize("option, value", [("cell_type", "elman"), ("attention_type", "luong")])
+def test_config_rejects_unknown_values_listing_the_allowed_ones(option, value):
+    with pytest.raises(ValueError, match=rf"{option}='{value}' is not supported; allowed values: \["):
+        BahdanauConfig(**{**TINY, option: value})
+
+
+def test_config_defaults_are_the_paper_and_sizes_are_checked():
+    config = BahdanauConfig()
+    assert (config.vocab_size, config.embedding_size, config.hidden_size, config.decoder_hidden_size) == (
+        30000,
+        620,
+        1000,
+        1000,
+    )
+    assert (config.attention_size, config.deep_output_size, config.maxout, config.cell_type) == (1000, 500, True, "gru")
+    assert config.attention_type == "additive" and config.is_encoder_decoder and not config.tie_word_embeddings
+    assert BahdanauConfig(hidden_size=16, attention_type="dot").decoder_hidden_size == 32  # s compared with [->h; <-h]
+    with pytest.raises(ValueError, match="decoder_hidden_size must equal"):
+        BahdanauConfig(hidden_size=16, decoder_hidden_size=16, attention_type="dot")
+    with pytest.raises(ValueError, match="deep_output_size .* must equal embedding_size"):
+        BahdanauConfig(**{**TINY, "tie_word_embeddings": True})
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        BahdanauConfig(scheduled_sampling=1.0)
+
+
+# ------------------------------------------------------------------------------------------------ the equations
+def gru_step(x, h, weight_ih, weight_hh, bias_ih, bias_hh):
+    """Cho et al. 2014 as nn.GRU lays out its weights (rows: reset, update, candidate)."""
+    xr, xz, xn = (weight_ih @ x + bias_ih).chunk(3)
+    hr, hz, hn = (weight_hh @ h + bias_hh).chunk(3)
+    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+    n = torch.tanh(xn + r * hn)
+    return (1 - z) * n + z * h
+
+
+def paper_forward(model, source, target):
+    """The paper's equations for one unpadded sentence, written out with the model's weights."""
+    encoder, decoder = model.model.encoder, model.model.decoder
+    gru = encoder.rnn.layers[0].rnn
+    x = encoder.embed_tokens(source)  # (S, m)
+    weights = lambda suffix: [
+        getattr(gru, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    ]
+    h, forward = torch.zeros(16), []
+    for x_j in x:
+        h = gru_step(x_j, h, *weights(""))
+        forward.append(h)
+    h, backward = torch.zeros(16), []
+    for x_j in x.flip(0):
+        h = gru_step(x_j, h, *weights("_reverse"))
+        backward.insert(0, h)
+    annotations = torch.cat([torch.stack(forward), torch.stack(backward)], -1)  # h_j = [->h_j; <-h_j], (S, 2n)
+
+    attention = decoder.attention
+    W_a, U_a, v_a = attention.query_weight, attention.key_weight, attention.energy_weight[0]
+    dec = decoder.rnn.layers[0].rnn
+    s = torch.tanh(decoder.init_proj.weight @ backward[0] + decoder.init_proj.bias)  # s_0 = tanh(W_s <-h_1)
+    logits, alignments = [], []
+    for y_prev in decoder.embed_tokens(target):
+        e = torch.stack([v_a @ torch.tanh(W_a @ s + U_a @ h_j) for h_j in annotations])
+        alpha = e.softmax(0)
+        c = (alpha[:, None] * annotations).sum(0)
+        s = gru_step(torch.cat([y_prev, c]), s, dec.weight_ih_l0, dec.weight_hh_l0, dec.bias_ih_l0, dec.bias_hh_l0)
+        t_tilde = decoder.deep_output.weight @ torch.cat([s, y_prev, c]) + decoder.deep_output.bias
+        t = torch.maximum(t_tilde[0::2], t_tilde[1::2])  # maxout over pairs
+        logits.append(model.lm_head.weight @ t + model.lm_head.bias)
+        alignments.append(alpha)
+    return torch.stack(logits), torch.stack(alignments)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_additive_attention_step_is_the_papers_equations(side):
+    model = tiny_model()
+    batch = source_batch(side=side)
+    target = torch.randint(FIRST_WORD, 99, (2, 5))
+    with torch.no_grad():
+        out = model(**batch, decoder_input_ids=target, output_attentions=True)
+        for row in range(2):
+            real = batch["attention_mask"][row].bool()
+            logits, alignments = paper_forward(model, batch["input_ids"][row][real], target[row])
+            torch.testing.assert_close(out.logits[row], logits, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(out.alignments[row][:, real], alignments, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention_type", ["additive", "dot", "general"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_alignments_are_a_distribution_over_the_real_source_tokens(attention_type, side):
+    model = tiny_model(attention_type=attention_type, cell_type="lstm")
+    batch = source_batch(side=side)
+    with torch.no_grad():
+        out = model(**batch, decoder_input_ids=torch.randint(FIRST_WORD, 99, (2, 5)), output_attentions=True)
+    alignments = out.alignments
+    assert alignments.shape == (2, 5, 7)  # (batch, target, source)
+    torch.testing.assert_close(alignments.sum(-1), torch.ones(2, 5))
+    pads = ~batch["attention_mask"].bool()
+    assert alignments[1][:, pads[1]].abs().max() == 0 and (alignments[1][:, ~pads[1]] > 0).all()
+    assert torch.equal(out.cross_attentions[-1], alignments[:, None])  # transformers' (B, heads, T, S) layout
+    assert model(**batch, decoder_input_ids=torch.tensor([[1], [1]])).alignments is None  # only when asked
+
+
+def test_no_attention_reads_one_fixed_context_the_final_encoder_states():
+    model = tiny_model(attention_type="none")
+    batch = source_batch(side="left")
+    decoder = model.model.decoder
+    with torch.no_grad():
+        out = model(**batch, decoder_input_ids=torch.randint(FIRST_WORD, 99, (2, 5)), output_attentions=True)
+        annotations = out.encoder_last_hidden_state
+        context = decoder.fixed_context(annotations, batch["attention_mask"])
+    assert out.alignments is None and out.cross_attentions is None
+    assert torch.equal(context[1], torch.cat([annotations[1, -1, :16], annotations[1, 3, 16:]]))  # [->h_S; <-h_1]
+
+
+# ------------------------------------------------------------------------------------------------ generation
+def test_annotations_are_projected_once_per_sentence(monkeypatch):
+    """U_a h_j is computed once per generate() call, then read from the state at every step."""
+    from hf_seq.models.modeling_bahdanau import BahdanauAttention
+
+    model = tiny_model()
+    calls, project = [], BahdanauAttention.project_keys
+    monkeypatch.setattr(BahdanauAttention, "project_keys", lambda self, h: calls.append(h.shape) or project(self, h))
+    for kwargs in ({}, {"num_beams": 3}):
+        calls.clear()
+        model.generate(**source_batch(), max_new_tokens=6, min_new_tokens=6, pad_token_id=PAD, **kwargs)
+        assert len(calls) == 1, kwargs
+    with torch.no_grad():
+        state = model(**source_batch(), decoder_input_ids=torch.tensor([[1], [1]]), use_cache=True).past_key_values
+    assert isinstance(state, BahdanauState) and state.keys.shape == (2, 7, 10) and state.hidden.shape == (1, 2, 16)
+
+
+@pytest.mark.parametrize("cell_type", ["gru", "lstm"])
+def test_beam_search_reorders_the_decoder_state(monkeypatch, cell_type):
+    """Beams that swap places must swap states: equal to recomputing every prefix, on a run where generate did move
+    states between beams (checked, so the test cannot pass vacuously)."""
+    model = tiny_model(cell_type=cell_type, initializer_range=0.5)
+    moves, reorder = [], BahdanauState.reorder_cache
+
+    def recording_reorder(self, beam_idx):
+        moves.append(not torch.equal(beam_idx.cpu(), torch.arange(len(beam_idx))))
+        reorder(self, beam_idx)
+
+    monkeypatch.setattr(BahdanauState, "reorder_cache", recording_reorder)
+    kwargs = dict(num_beams=4, num_return_sequences=4, max_new_tokens=8, min_new_tokens=8, pad_token_id=PAD)
+    kwargs.update(return_dict_in_generate=True, output_scores=True)
+    cached = model.generate(**source_batch(), **kwargs)
+    assert any(moves)
+    recomputed = model.generate(**source_batch(), use_cache=False, **kwargs)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(cached.sequences_scores, recomputed.sequences_scores)
+
+
+def test_precomputed_encoder_outputs_equal_input_ids_in_forward_and_sampling():
+    model = tiny_model()
+    batch = source_batch(side="left")
+    decoder_input_ids = torch.randint(FIRST_WORD, 99, (2, 5))
+    with torch.no_grad():
+        encoded = model.get_encoder()(**batch)
+        from_ids = model(**batch, decoder_input_ids=decoder_input_ids).logits
+        precomputed = model(
+            encoder_outputs=encoded, attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids
+        ).logits
+        assert torch.equal(precomputed, from_ids)
+        as_tuple = model(
+            encoder_outputs=(encoded.last_hidden_state,),
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_input_ids,
+        ).logits
+        assert torch.equal(as_tuple, from_ids)
+    kwargs = dict(do_sample=True, top_k=20, max_new_tokens=6, pad_token_id=PAD)
+    torch.manual_seed(1)
+    sampled = model.generate(encoder_outputs=encoded, attention_mask=batch["attention_mask"], **kwargs)
+    torch.manual_seed(1)
+    assert torch.equal(sampled, model.generate(**batch, **kwargs))
+
+
+def test_generate_returns_the_alignment_of_every_step():
+    model = tiny_model()
+    out = model.generate(
+        **source_batch(),
+        max_new_tokens=4,
+        min_new_tokens=4,
+        pad_token_id=PAD,
+        output_attentions=True,
+        return_dict_in_generate=True,
+    )
+    assert len(out.cross_attentions) == 4  # one per step, each a tuple of one (B, 1, 1, S) "layer"
+    with torch.no_grad():
+        full = model(**source_batch(), decoder_input_ids=out.sequences[:, :-1], output_attentions=True).alignments
+    steps = torch.cat([step[0][:, 0] for step in out.cross_attentions], 1)  # (B, 4, S)
+    torch.testing.assert_close(steps, full)
+
+
+# ------------------------------------------------------------------------------------------------ training
+def test_scheduled_sampling_changes_training_inputs_only_when_enabled():
+    batch = source_batch()
+    labels = torch.randint(FIRST_WORD, 99, (2, 6))
+    reference = tiny_model()
+    with torch.no_grad():
+        teacher_forced = reference(**batch, labels=labels).logits
+    sampling = tiny_model(scheduled_sampling=0.75)
+    with torch.no_grad():
+        assert torch.equal(sampling(**batch, labels=labels).logits, teacher_forced)  # eval: never
+        assert torch.equal(reference.train()(**batch, labels=labels).logits, teacher_forced)  # p = 0: never
+        torch.manual_seed(0)
+        sampled = sampling.train()(**batch, labels=labels)
+    torch.testing.assert_close(sampled.logits[:, 0], teacher_forced[:, 0])  # the start token is never replaced
+    assert not torch.allclose(sampled.logits[:, 1:], teacher_forced[:, 1:])
+    assert torch.isfinite(sampled.loss)
+    torch.manual_seed(0)
+    again = sampling(**batch, labels=labels).logits
+    assert torch.equal(again, sampled.logits)  # drawn from torch's generator: reproducible under a seed
+
+
+def test_loss_is_summed_over_trainer_item_count():
+    model = tiny_model()
+    labels = torch.randint(FIRST_WORD, 99, (2, 5))
+    labels[1, 3:] = -100
+    with torch.no_grad():
+        mean = model(**source_batch(), labels=labels).loss
+        summed = model(**source_batch(), labels=labels, num_items_in_batch=torch.tensor(4 * 8)).loss
+    torch.testing.assert_close(summed, mean / 4)  # 8 scored tokens here, 4 times as many in the whole batch
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from hf_seq.tokenization import train_bpe_tokenizer
+
+    corpus = [row[key] for row in sequence_reversal(200, seed=1) for key in ("source", "target")]
+    return train_bpe_tokenizer(corpus, vocab_size=300, min_frequency=1)
+
+
+@pytest.mark.parametrize("task, key", [("translation", "translation_text"), ("text2text-generation", "generated_text")])
+def test_pipeline_decodes_what_generate_produces(tokenizer, task, key):
+    model = tiny_model(vocab_size=len(tokenizer))
+    pipe = transformers.pipeline(task, model=model, tokenizer=tokenizer)
+    texts = ["a b c d", "x y z"]
+
+    def by_hand(text, **kwargs):
+        ids = model.generate(**tokenizer(text, return_tensors="pt"), max_new_tokens=6, pad_token_id=PAD, **kwargs)
+        return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    assert pipe(texts[0], max_new_tokens=6) == [{key: by_hand(texts[0])[0]}]
+    expected = [{key: by_hand(text, num_beams=3)[0]} for text in texts]
+    assert pipe(texts, max_new_tokens=6, num_beams=3, batch_size=2) == expected  # a right-padded batch
+
+
+def test_seq2seq_trainer_trains_and_predicts_with_generate(tokenizer, tmp_path):
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    rows = sequence_reversal(24, seed=2, min_length=3, max_length=6)
+    dataset = [
+        {"input_ids": tokenizer(r["source"])["input_ids"], "labels": tokenizer(r["target"])["input_ids"]} for r in rows
+    ]
+    model = tiny_model(vocab_size=len(tokenizer), initializer_range=0.01)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        max_steps=3,
+        learning_rate=1e-2,
+        predict_with_generate=True,
+        generation_max_length=8,
+        generation_num_beams=2,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=dataset[:8],
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+    )
+    assert trainer.train().training_loss > 0
+    metrics = trainer.evaluate()
+    assert torch.isfinite(torch.tensor(metrics["eval_loss"]))
+    predictions = trainer.predict(dataset[:8]).predictions
+    sources = tokenizer.pad({"input_ids": [d["input_ids"] for d in dataset[:8]]}, return_tensors="pt")
+    expected = model.eval().generate(**sources, max_length=8, num_beams=2)
+    assert expected.shape[1] <= 8 and predictions.shape[0] == 8  # (Seq2SeqTrainer pads them further)
+    assert (torch.as_tensor(predictions)[:, : expected.shape[1]] == expected).all()
+
+
+# ------------------------------------------------------------------------------------------------ data and plots
+def test_reversal_and_date_tasks():
+    from hf_seq.data import SYNTHETIC_TASKS, date_conversion
+
+    rows = SYNTHETIC_TASKS["reversal"](num_examples=50, seed=3)
+    assert rows == sequence_reversal(50, seed=3) and rows != sequence_reversal(50, seed=4)
+    for row in rows:
+        source = row["source"].split()
+        assert row["target"].split() == source[::-1] and 5 <= len(source) <= 20
+    long = sequence_reversal(20, seed=0, min_length=60, max_length=60)
+    assert {len(r["source"].split()) for r in long} == {60}
+    import datetime
+
+    for row in date_conversion(40, seed=1):
+        date = datetime.date.fromisoformat(row["target"])
+        assert str(date.year) in row["source"] and str(date.day) in row["source"]
+    assert SYNTHETIC_TASKS["dates"] is date_conversion
+
+
+def test_alignment_heatmap_is_written(tmp_path):
+    from hf_seq.plotting import plot_alignment
+
+    model = tiny_model()
+    batch = source_batch()
+    generated = model.generate(**batch, max_new_tokens=4, min_new_tokens=4, pad_token_id=PAD)
+    with torch.no_grad():
+        alignments = model(**batch, decoder_input_ids=generated, output_attentions=True).alignments
+    source = [f"s{i}" for i in range(4)]  # the second sentence: 4 real tokens
+    target = [f"t{i}" for i in range(generated.shape[1])]
+    figure = plot_alignment(alignments[1, :, :4], source, target, tmp_path / "alignment.png")
+    assert (tmp_path / "alignment.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    torch.testing.assert_close(torch.as_tensor(figure.axes[0].images[0].get_array()), alignments[1, :, :4])
