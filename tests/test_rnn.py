@@ -163,7 +163,7 @@ def test_fused_kernels_run_every_cell_but_the_gated_one():
     assert kinds == {"elman": "RNN", "gru": "GRU", "lstm": "LSTM", "gated": "GatedElman"}
 
 
-@pytest.mark.parametrize("cell_type", ["gated", "gru", "lstm"])
+@pytest.mark.parametrize("cell_type", ["elman", "gated", "gru", "lstm"])
 def test_stack_as_encoder_and_as_step_by_step_decoder(cell_type):
     """The contracts an encoder-decoder relies on. Bidirectional, right-padded: the last layer's final states are the
     forward state at each row's last real token and the backward state at its first token. Unidirectional, fed one
