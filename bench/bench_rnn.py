@@ -13,9 +13,10 @@ Generation cost per token (ms/token, batch 1, greedy, the model's own state or K
 and 2048 tokens, for `RNNForCausalLM` (lstm) and `GPTForCausalLM` at a similar parameter count: the context is fed
 once (not timed), then `--decode-steps` single-token forward passes are timed.
 
-The models alternate within each round (the order alternating between rounds); figures are medians over rounds and
-ratios the median of per-round ratios, with their range. On a quiet 2-core CPU a model timed against itself reads
-0.92-1.04, so a ratio within about 0.08 of 1 is noise.
+The training models alternate step by step (the order reversing between rounds); figures are medians over rounds
+and ratios the median of per-round ratios, with their range. Each is measured by the wall clock and by the process
+CPU time: on a machine shared with other jobs the wall clock stretches with their load, the CPU time much less.
+On a quiet 2-core CPU a model timed against itself reads 0.92-1.04, so a ratio within about 0.08 of 1 is noise.
 
     python bench/bench_rnn.py --quick     # about two minutes on 2 cores; prints only
     python bench/bench_rnn.py             # writes bench/results/rnn_cpu.md
@@ -155,13 +156,13 @@ class TrainLoop:
         self.optimizer.zero_grad(set_to_none=True)
         self.state = detach(state)
 
-    def run(self, steps: int) -> float:
+    def run(self, steps: int) -> "Clock":
         synchronize(self.device)
-        start = time.perf_counter()
+        clock = Clock()
         for _ in range(steps):
             self.step()
         synchronize(self.device)
-        return time.perf_counter() - start
+        return clock.stop()
 
 
 def rnn_config(size: Size, cell_type: str) -> RNNConfig:
@@ -184,18 +185,25 @@ def train_models(size: Size) -> dict[str, nn.Module]:
     return models
 
 
-def bench_training(size: Size, rounds: int, device: str) -> dict[str, list[float]]:
+def bench_training(size: Size, rounds: int, device: str) -> dict[str, list[tuple[float, float]]]:
+    """Tokens per wall-clock second and per CPU second, per model and round. The models alternate step by step."""
     loops = [TrainLoop(name, model, size, device) for name, model in train_models(size).items()]
     for loop in loops:  # warm-up
         loop.run(1)
     tokens = {loop.name: [] for loop in loops}
     for r in range(rounds):
-        for loop in loops if r % 2 == 0 else loops[::-1]:
-            seconds = loop.run(size.train_steps)
-            tokens[loop.name].append(size.train_steps * size.batch_size * size.seq_len / seconds)
+        wall, cpu = dict.fromkeys(tokens, 0.0), dict.fromkeys(tokens, 0.0)
+        for _ in range(size.train_steps):
+            for loop in loops if r % 2 == 0 else loops[::-1]:
+                clock = loop.run(1)
+                wall[loop.name] += clock.wall
+                cpu[loop.name] += clock.cpu
+        count = size.train_steps * size.batch_size * size.seq_len
+        for name in tokens:
+            tokens[name].append((count / wall[name], count / cpu[name]))
         print(
-            f"{size.name} training round {r + 1}/{rounds}: "
-            + ", ".join(f"{n} {t[-1]:,.0f}" for n, t in tokens.items()),
+            f"{size.name} training round {r + 1}/{rounds}, tokens/s: "
+            + ", ".join(f"{n} {t[-1][0]:,.0f}" for n, t in tokens.items()),
             flush=True,
         )
     return tokens
@@ -218,17 +226,19 @@ def generation_models(size: Size) -> dict[str, nn.Module]:
 
 
 @torch.no_grad()
-def decode_ms_per_token(model, context: torch.Tensor, steps: int, device: str) -> float:
-    """Feed the context once, then time `steps` greedy single-token steps with the state / KV cache."""
+def decode_ms_per_token(model, context: torch.Tensor, steps: int, device: str) -> tuple[float, float]:
+    """Feed the context once, then time `steps` greedy single-token steps with the state / KV cache; returns the
+    wall-clock and CPU milliseconds per token."""
     out = model(input_ids=context, use_cache=True, logits_to_keep=1)
     past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
     synchronize(device)
-    start = time.perf_counter()
+    clock = Clock()
     for _ in range(steps):
         out = model(input_ids=token, past_key_values=past, use_cache=True)
         past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
     synchronize(device)
-    return (time.perf_counter() - start) / steps * 1e3
+    clock.stop()
+    return clock.wall / steps * 1e3, clock.cpu / steps * 1e3
 
 
 def bench_generation(size: Size, rounds: int, steps: int, device: str) -> dict[tuple[str, int], list[float]]:
@@ -243,14 +253,26 @@ def bench_generation(size: Size, rounds: int, steps: int, device: str) -> dict[t
             for n in CONTEXTS:
                 ms[name, n].append(decode_ms_per_token(model, contexts[n], steps, device))
         print(
-            f"{size.name} generation round {r + 1}/{rounds}: "
-            + ", ".join(f"{k[0]}@{k[1]} {v[-1]:.2f} ms" for k, v in ms.items()),
+            f"{size.name} generation round {r + 1}/{rounds}, ms/token: "
+            + ", ".join(f"{k[0]}@{k[1]} {v[-1][0]:.2f}" for k, v in ms.items()),
             flush=True,
         )
     return ms, {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
 
 
 # --------------------------------------------------------------------------------------------------------- report
+class Clock:
+    """Wall-clock and process CPU seconds. On a shared machine the CPU time of the process is the steadier of the
+    two: other processes stretch the wall clock, not (much) the work done."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def stop(self) -> "Clock":
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+        return self
+
+
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -261,6 +283,10 @@ def median_ratio(a: list[float], b: list[float]) -> str:
     return f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
+def column(values: list[tuple[float, float]], which: int) -> list[float]:
+    return [v[which] for v in values]
+
+
 def training_table(size: Size, tokens: dict[str, list[float]]) -> list[str]:
     params = {name: sum(p.numel() for p in m.parameters()) for name, m in train_models(size).items()}
     bare, loop = tokens["bare nn.LSTM LM"], tokens["per-step loop LSTM"]
@@ -268,13 +294,14 @@ def training_table(size: Size, tokens: dict[str, list[float]]) -> list[str]:
         f"#### training, {size.name}: vocab {size.vocab_size}, {size.num_layers} layers of {size.hidden_size}, "
         f"batch {size.batch_size} x {size.seq_len} tokens, dropout {DROPOUT}, tied embeddings",
         "",
-        "| model | parameters | tokens/s | / bare nn.LSTM LM | / per-step loop |",
-        "|---|---:|---:|---:|---:|",
+        "| model | parameters | tokens/s | / bare nn.LSTM LM | / per-step loop | / bare, CPU time | / loop, CPU time |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, values in tokens.items():
+        ratios = [median_ratio(column(values, i), column(base, i)) for i in (0, 1) for base in (bare, loop)]
         rows.append(
-            f"| {name} | {params[name] / 1e6:.2f}M | {statistics.median(values):,.0f} | {median_ratio(values, bare)} | "
-            f"{median_ratio(values, loop)} |"
+            f"| {name} | {params[name] / 1e6:.2f}M | {statistics.median(column(values, 0)):,.0f} | "
+            f"{ratios[0]} | {ratios[1]} | {ratios[2]} | {ratios[3]} |"
         )
     return rows + [""]
 
@@ -282,7 +309,7 @@ def training_table(size: Size, tokens: dict[str, list[float]]) -> list[str]:
 def generation_table(size: Size, ms, params) -> list[str]:
     names = list(params)
     rows = [
-        f"#### generation, {size.name}: ms per new token at batch 1 after a context of n tokens",
+        f"#### generation, {size.name}: ms per new token at batch 1 after a context of n tokens (CPU ms in brackets)",
         "",
         "| model | parameters | "
         + " | ".join(f"n = {n}" for n in CONTEXTS)
@@ -290,13 +317,13 @@ def generation_table(size: Size, ms, params) -> list[str]:
         "|---|---:|" + "---:|" * (len(CONTEXTS) + 1),
     ]
     for name in names:
-        cells = [f"{statistics.median(ms[name, n]):.2f}" for n in CONTEXTS]
-        rows.append(
-            f"| {name} | {params[name] / 1e6:.2f}M | "
-            + " | ".join(cells)
-            + f" | {median_ratio(ms[name, CONTEXTS[-1]], ms[name, CONTEXTS[0]])} |"
-        )
-    ratio = " | ".join(median_ratio(ms[names[1], n], ms[names[0], n]) for n in CONTEXTS)
+        cells = [
+            f"{statistics.median(column(ms[name, n], 0)):.2f} ({statistics.median(column(ms[name, n], 1)):.2f})"
+            for n in CONTEXTS
+        ]
+        flat = median_ratio(column(ms[name, CONTEXTS[-1]], 0), column(ms[name, CONTEXTS[0]], 0))
+        rows.append(f"| {name} | {params[name] / 1e6:.2f}M | " + " | ".join(cells) + f" | {flat} |")
+    ratio = " | ".join(median_ratio(column(ms[names[1], n], 0), column(ms[names[0], n], 0)) for n in CONTEXTS)
     rows.append(f"| {names[1]} / {names[0]} | | {ratio} | |")
     return rows + [""]
 
@@ -308,11 +335,14 @@ def main() -> None:
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="one small size, 3 rounds: a few minutes on 2 cores")
     parser.add_argument("--sizes", nargs="*", help=f"subset of {list(SIZES)}")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice, one per core)")
     parser.add_argument("--output", help="markdown file to write (default: bench/results/rnn_<device>.md)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # denormals slow CPU training erratically; the same setting for every model
     sizes = QUICK_SIZES if args.quick else {name: SIZES[name] for name in (args.sizes or SIZES)}
     rounds = 3 if args.quick else args.rounds
@@ -324,6 +354,7 @@ def main() -> None:
 
     command = "python bench/bench_rnn.py" + (" --quick" if args.quick else "")
     command += f" --device {args.device}" if args.device != "cpu" else ""
+    command += f" --threads {args.threads}" if args.threads else ""
     lines = [
         f"# Recurrent language models: training and generation ({args.device})",
         "",
