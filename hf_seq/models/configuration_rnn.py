@@ -26,6 +26,8 @@ class RNNConfig(PreTrainedConfig):
     - `classifier_pooling`: how the sequence classifier summarises a sequence: `last` (the last layer's final state
       of each direction, i.e. the state at the last real token reading forwards, and at the first reading backwards),
       `mean` or `max` over the real tokens.
+    - Initialisation: recurrent weights U(-1/sqrt(H), 1/sqrt(H)) as PyTorch's recurrent modules do; embeddings and
+      linear layers N(0, `initializer_range`), biases 0.
     """
 
     model_type = "hf_seq_rnn"
