@@ -14,6 +14,16 @@ from tests.tester import FIRST_WORD, PAD, ModelTesterMixin
 NO_DROPOUT = dict(embedding_dropout=0.0, hidden_dropout=0.0, output_dropout=0.0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The decoder runs one tiny step per token; split over threads, each step waits at a barrier, which on a busy
+    machine costs far more than the step (measured: 100x). One thread is the fast setting here."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class TestBahdanauGRUAdditive(ModelTesterMixin):
     """The paper's model (GRU, additive score, maxout deep output), two layers, with dropout."""
 
