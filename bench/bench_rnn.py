@@ -100,7 +100,10 @@ class StepLoopLSTM(nn.Module):
         init_embeddings(self)
 
     def forward(self, input_ids, state=None):
-        x = self.drop(self.encoder(input_ids))
+        output, state = self.recurrence(self.drop(self.encoder(input_ids)), state)
+        return self.decoder(self.drop(output)), state
+
+    def recurrence(self, x, state=None):
         batch, steps, h = x.shape
         if state is None:
             state = [(x.new_zeros(batch, h), x.new_zeros(batch, h)) for _ in self.input_proj]
@@ -116,7 +119,7 @@ class StepLoopLSTM(nn.Module):
                 state[layer] = (hidden, cell)
                 inp = self.drop(hidden) if layer < len(self.input_proj) - 1 else hidden
             outputs.append(inp)
-        return self.decoder(self.drop(torch.stack(outputs, 1))), state
+        return torch.stack(outputs, 1), state
 
 
 def detach(state):
@@ -206,6 +209,38 @@ def bench_training(size: Size, rounds: int, device: str) -> dict[str, list[tuple
             + ", ".join(f"{n} {t[-1][0]:,.0f}" for n, t in tokens.items()),
             flush=True,
         )
+    return tokens
+
+
+def bench_recurrence(size: Size, rounds: int, device: str) -> dict[str, list[tuple[float, float]]]:
+    """The recurrent layers alone, forward and backward on a (B, T, H) input: where the fused kernels differ from
+    the step loop, without the embedding and the vocabulary-sized output layer that all three share."""
+    torch.manual_seed(0)
+    models = {name: model.to(device).train() for name, model in train_models(size).items()}
+    recurrences = {
+        "RNNForCausalLM lstm": lambda x: models["RNNForCausalLM lstm"].model.rnn(x).output,
+        "bare nn.LSTM LM": lambda x: models["bare nn.LSTM LM"].rnn(x)[0],
+        "per-step loop LSTM": lambda x: models["per-step loop LSTM"].recurrence(x)[0],
+    }
+    x = torch.randn(size.batch_size, size.seq_len, size.hidden_size, device=device, requires_grad=True)
+
+    def run(fn) -> Clock:
+        synchronize(device)
+        clock = Clock()
+        fn(x).sum().backward()
+        synchronize(device)
+        return clock.stop()
+
+    for fn in recurrences.values():  # warm-up
+        run(fn)
+    tokens = {name: [] for name in recurrences}
+    count = size.batch_size * size.seq_len
+    for r in range(rounds):
+        for name, fn in recurrences.items() if r % 2 == 0 else list(recurrences.items())[::-1]:
+            clocks = [run(fn) for _ in range(size.train_steps)]
+            tokens[name].append(
+                (count * len(clocks) / sum(c.wall for c in clocks), count * len(clocks) / sum(c.cpu for c in clocks))
+            )
     return tokens
 
 
@@ -306,6 +341,23 @@ def training_table(size: Size, tokens: dict[str, list[float]]) -> list[str]:
     return rows + [""]
 
 
+def recurrence_table(size: Size, tokens: dict[str, list[tuple[float, float]]]) -> list[str]:
+    loop = tokens["per-step loop LSTM"]
+    rows = [
+        f"#### the recurrent layers alone, {size.name}: forward + backward of {size.num_layers} LSTM layers of "
+        f"{size.hidden_size} on a {size.batch_size} x {size.seq_len} input",
+        "",
+        "| recurrence | tokens/s | / per-step loop | / per-step loop, CPU time |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, values in tokens.items():
+        rows.append(
+            f"| {name} | {statistics.median(column(values, 0)):,.0f} | "
+            f"{median_ratio(column(values, 0), column(loop, 0))} | {median_ratio(column(values, 1), column(loop, 1))} |"
+        )
+    return rows + [""]
+
+
 def generation_table(size: Size, ms, params) -> list[str]:
     names = list(params)
     rows = [
@@ -350,6 +402,7 @@ def main() -> None:
     sections = []
     for size in sizes.values():
         sections += training_table(size, bench_training(size, rounds, args.device))
+        sections += recurrence_table(size, bench_recurrence(size, rounds, args.device))
         sections += generation_table(size, *bench_generation(size, rounds, steps, args.device))
 
     command = "python bench/bench_rnn.py" + (" --quick" if args.quick else "")
