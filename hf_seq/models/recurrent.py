@@ -21,8 +21,8 @@ through the one-step cell kernels instead, see `RecurrentLayer._one_step`). The 
 `GatedElman` does what can be done without one: the input projections of all steps in one matrix product, then a
 step loop of one (B, H) x (H, 2H) product and a few elementwise operations, with backpropagation through time
 written out by hand (`_GatedElmanScan`) so that autograd records one node per sequence instead of ~8 per step
-(1.4-1.7x faster than autograd through the loop on CPU, forward + backward). TorchScript, deprecated in torch 2,
-was slower here, and torch.compile would unroll the loop for every sequence length.
+(1.4-1.7x faster than autograd through the loop on CPU, forward + backward). TorchScript (deprecated in torch 2)
+was not faster in that measurement, and torch.compile would unroll the loop for every sequence length.
 
 Padding: a mask (B, T), 1 on real tokens, may put pads anywhere (right padding for training, left padding for
 generation). `RecurrentStack` moves each row's real tokens to the front, runs packed sequences of each row's own
