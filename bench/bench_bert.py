@@ -6,7 +6,9 @@ tokens masked, tokens/s) and the peak memory of training. The two models alterna
 which one goes first alternates between rounds, and each figure is the median over rounds; the ratio column is the
 median of the per-round ratios ours / transformers, with their range. On a quiet 2-core CPU the same model timed
 against itself read 0.92-1.04: a ratio within about 0.08 of 1 is noise. On a CPU shared with other work the rounds
-scatter more; the fastest single step of each model (the step least disturbed) is reported as well.
+scatter more; the fastest single step of each model (the step least disturbed) and the tokens per second of process
+CPU time are reported as well (with `--threads 1` the latter hardly depends on what else runs: no thread waits at a
+barrier for another that was descheduled).
 
     python bench/bench_bert.py                     # CPU, fp32, sdpa; writes bench/results/bert_cpu.md
     python bench/bench_bert.py --quick             # a tiny size, 2 rounds: a smoke test (writes nothing)
@@ -90,9 +92,10 @@ class MLMTrainer:
         self.autocast = torch.autocast(device, dtype=dtype) if dtype != torch.float32 else nullcontext()
         self.device = device
 
-    def run(self, steps: int) -> float:
+    def run(self, steps: int) -> tuple[float, float]:
+        """Wall-clock and process CPU seconds of `steps` steps."""
         synchronize(self.device)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             with self.autocast:
                 loss = self.model(**self.batch).loss
@@ -100,7 +103,7 @@ class MLMTrainer:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         synchronize(self.device)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - start_cpu
 
 
 def measure_memory_subprocess(args, size: Size, model_name: str) -> float:
@@ -141,6 +144,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="bf16: autocast, fp32 master weights")
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--quick", action="store_true", help="a tiny size and 2 rounds: a smoke test")
     parser.add_argument("--sizes", nargs="*", help=f"subset of {list(SIZES)}")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
@@ -154,6 +158,8 @@ def main() -> None:
         parser.error("--device cuda: no CUDA device is available")
 
     torch.set_flush_denormal(True)  # denormal weights and gradients slow CPU training erratically; same for both
+    if args.threads:
+        torch.set_num_threads(args.threads)
     dtype = DTYPES[args.dtype]
     sizes = QUICK_SIZES if args.quick else {name: SIZES[name] for name in (args.sizes or SIZES)}
     rounds = 2 if args.quick else args.rounds
@@ -170,24 +176,30 @@ def main() -> None:
             models[name].train()
             trainers[name].run(1)  # warm up: optimizer state, allocator
         train = {name: [] for name in MODELS}
+        per_cpu_second = {name: [] for name in MODELS}
         fastest = dict.fromkeys(MODELS, float("inf"))  # seconds of the fastest single step
         for r in range(rounds):
             # The models alternate step by step, so a load that comes and goes hits both alike.
             order = MODELS if r % 2 == 0 else MODELS[::-1]
-            seconds = dict.fromkeys(MODELS, 0.0)
+            seconds, cpu_seconds = dict.fromkeys(MODELS, 0.0), dict.fromkeys(MODELS, 0.0)
             for _ in range(size.train_steps):
                 for name in order:
-                    step = trainers[name].run(1)
+                    step, cpu = trainers[name].run(1)
                     seconds[name] += step
+                    cpu_seconds[name] += cpu
                     fastest[name] = min(fastest[name], step)
+            tokens = size.train_steps * size.batch_size * size.seq_len
             for name in MODELS:
-                train[name].append(size.train_steps * size.batch_size * size.seq_len / seconds[name])
+                train[name].append(tokens / seconds[name])
+                per_cpu_second[name].append(tokens / cpu_seconds[name])
             print(
                 f"{size.name} round {r + 1}/{rounds}: "
                 + ", ".join(f"{n} {train[n][-1]:.0f}" for n in MODELS)
                 + " tok/s"
             )
         rows.append(f"| {size.name} | training tokens/s | {ratio_cells(train['ours'], train['transformers'])} |")
+        cells = ratio_cells(per_cpu_second["ours"], per_cpu_second["transformers"])
+        rows.append(f"| {size.name} | training tokens per CPU-second | {cells} |")
         best = {name: size.batch_size * size.seq_len / fastest[name] for name in MODELS}
         o, r = best["ours"], best["transformers"]
         rows.append(f"| {size.name} | training tokens/s, fastest step | {o:,.0f} | {r:,.0f} | {o / r:.2f} |")
@@ -199,7 +211,7 @@ def main() -> None:
             }
             o, r = memory["ours"], memory["transformers"]
             rows.append(f"| {size.name} | peak memory, training (MiB) | {o:,.0f} | {r:,.0f} | {o / r:.2f} |")
-        print(*rows[-3:], sep="\n", flush=True)
+        print(*rows[-4:], sep="\n", flush=True)
         del models, trainers
     write_report(args, sizes, rows, rounds)
 
@@ -222,6 +234,7 @@ def write_report(args, sizes, rows, rounds) -> None:
         f"--dtype {args.dtype}" if args.dtype != "fp32" else "",
     ]
     flags += [f"--attn {args.attn}" if args.attn != "sdpa" else "", "--quick" if args.quick else ""]
+    flags += [f"--threads {args.threads}" if args.threads else ""]
     command = " ".join(["python bench/bench_bert.py", *[f for f in flags if f]])
     lines = [
         f"# BERTForMaskedLM vs transformers BertForMaskedLM ({args.device})",
