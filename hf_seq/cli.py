@@ -62,6 +62,11 @@ def cmd_demo(args) -> None:
         print("-" * 60)
         print(text[0]["generated_text"])
     print("-" * 60)
+    from hf_seq.hub import check_folder
+
+    loaded = check_folder(out)  # what `hf-seq push` would upload, loaded where hf-seq cannot be imported
+    print(f"The folder loads without hf-seq (trust_remote_code=True) as {sorted(set(loaded.values()))};")
+    print(f"publish it with: hf-seq push {out} <your-name>/<model-name>")
 
 
 def cmd_train(args) -> None:

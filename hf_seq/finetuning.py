@@ -22,7 +22,7 @@ from transformers import (
 
 from hf_seq import data as data_lib
 from hf_seq.evaluation import bleu_metrics, classification_metrics, token_classification_metrics
-from hf_seq.recipes import TASKS, Recipe
+from hf_seq.recipes import TASKS, Recipe, resolve_tracker
 from hf_seq.registry import family as get_family
 from hf_seq.training import build_config, plot_loss_curve
 
@@ -169,7 +169,7 @@ def finetune(recipe: Recipe, resume: bool = False) -> dict:
         seed=t.seed,
         bf16=t.mixed_precision == "bf16",
         fp16=t.mixed_precision == "fp16",
-        report_to=t.log_with or "none",
+        report_to=resolve_tracker(t.log_with) or "none",
         dataloader_pin_memory=torch.cuda.is_available(),
     )
     if seq2seq:

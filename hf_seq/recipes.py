@@ -73,7 +73,7 @@ class TrainingRecipe:
     eval_every: int = 100
     save_every: int = 100
     keep_checkpoints: int = 2
-    log_with: str | None = None  # an accelerate tracker, e.g. tensorboard
+    log_with: str | None = "auto"  # an accelerate tracker (tensorboard, wandb, ...); auto: TensorBoard if installed
     generation_max_new_tokens: int = 64  # seq2seq evaluation (BLEU)
     generation_num_beams: int = 1
 
@@ -158,6 +158,23 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
     node[keys[-1]] = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
 
 
+def resolve_tracker(log_with: str | None) -> str | None:
+    """The tracker to log to: `auto` means TensorBoard when it is installed, else none; a named tracker must be
+    installed (checked before training starts)."""
+    import importlib.util
+
+    if log_with in (None, "none"):
+        return None
+    if log_with == "auto":
+        return "tensorboard" if importlib.util.find_spec("tensorboard") else None
+    from accelerate.utils import is_tensorboard_available, is_wandb_available
+
+    available = {"tensorboard": is_tensorboard_available, "wandb": is_wandb_available}
+    if log_with in available and not available[log_with]():
+        raise RecipeError(f"training.log_with={log_with!r} but {log_with} is not installed: pip install {log_with}")
+    return log_with
+
+
 def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = (), command: str = "train") -> Recipe:
     """Read a recipe (YAML path or dict), apply `key.sub=value` overrides, and check it completely for `command`
     (`train`: pretraining tasks; `finetune`: fine-tuning tasks)."""
@@ -213,6 +230,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
             f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps "
             f"({t.gradient_accumulation_steps}): it is the global batch"
         )
+    resolve_tracker(t.log_with)  # a named tracker must be installed
     style = recipe.tokenizer.style
     if style not in (None, "byte_level", "bert"):
         raise RecipeError(f"recipe key 'tokenizer.style': {style!r}; allowed values: ['byte_level', 'bert']")

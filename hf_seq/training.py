@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, default_data_collator, get_scheduler
 
 from hf_seq import data as data_lib
-from hf_seq.recipes import Recipe
+from hf_seq.recipes import Recipe, resolve_tracker
 from hf_seq.registry import family as get_family
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -210,10 +210,11 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True) -> dict:
     """Train `recipe` and save the final model, tokenizer, card, metrics and loss curve in training.output_dir."""
     t = recipe.training
     output_dir = Path(t.output_dir)
+    tracker = resolve_tracker(t.log_with)
     # cpu=True on a machine without an accelerator makes torchrun's processes join over gloo (multi-CPU data parallel)
     on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
     accelerator = Accelerator(
-        mixed_precision=t.mixed_precision, log_with=t.log_with, project_dir=str(output_dir), cpu=on_cpu
+        mixed_precision=t.mixed_precision, log_with=tracker, project_dir=str(output_dir), cpu=on_cpu
     )
     processes = accelerator.num_processes
     if t.batch_size % (t.gradient_accumulation_steps * processes):
@@ -251,7 +252,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True) -> dict:
     scheduler = get_scheduler(t.scheduler, optimizer, num_warmup_steps=t.warmup_steps, num_training_steps=t.max_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
-    if t.log_with:
+    if tracker:
         accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
 
     state = {"step": 0, "losses": [], "evaluations": [], "tokens": 0, "seconds": 0.0}
@@ -304,18 +305,18 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True) -> dict:
         state["losses"].append(loss_value)
         bar.update(1)
         bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-        if t.log_with:
+        if tracker:
             accelerator.log({"train/loss": loss_value, "train/lr": scheduler.get_last_lr()[0]}, step=state["step"])
         if state["step"] % t.eval_every == 0 or state["step"] == t.max_steps:
             metrics = _evaluate(recipe, accelerator, model, tokenizer, eval_set, eval_rows, collator)
             state["evaluations"].append({"step": state["step"], **metrics})
-            if t.log_with:
+            if tracker:
                 accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state["step"])
             bar.write(f"step {state['step']}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
         if state["step"] % t.save_every == 0 and state["step"] < t.max_steps:
             save_checkpoint(accelerator, output_dir, state["step"], state, t.keep_checkpoints)
     bar.close()
-    if t.log_with:
+    if tracker:
         accelerator.end_training()
 
     final = state["evaluations"][-1] if state["evaluations"] else {}

@@ -58,6 +58,7 @@ def write_recipe(tmp_path, recipe, name="recipe.yaml"):
         (["family=lstm-ish"], r"unknown hf-seq family 'lstm-ish'"),
         (["training.batch_size=10", "training.gradient_accumulation_steps=4"], "divisible"),
         (["training.max_steps"], "key=value"),
+        (["training.log_with=wandb"], "wandb is not installed"),
     ],
 )
 def test_bad_recipes_fail_before_training_naming_the_key(overrides, message):
