@@ -462,13 +462,23 @@ class ModelTesterMixin:
 
     # ---------------------------------------------------------------- training machinery
     def test_trainer_gradient_accumulation_is_exact(self, tmp_path):
-        """One SGD step on batch 8 == one step on 4 accumulated micro-batches of 2."""
-        cls = self.trained_class
-        if cls is None or not self.expensive_checks:
-            pytest.skip("checked once per family, on the generating head")
+        """One SGD step on batch 8 == one step on 4 accumulated micro-batches of 2, for the pretraining head and
+        every classification head (Trainer passes `num_items_in_batch` and does not rescale the loss itself)."""
+        if self.trained_class is None or not self.expensive_checks:
+            pytest.skip("checked once per family")
+        heads = [
+            c
+            for c in self.model_classes
+            if c.__name__.endswith(("ForSequenceClassification", "ForTokenClassification"))
+        ]
+        for cls in dict.fromkeys([self.trained_class, *heads]):
+            self._check_gradient_accumulation(cls, tmp_path / cls.__name__)
+
+    def _check_gradient_accumulation(self, cls, tmp_path):
         rows = self.make_inputs(cls, batch_size=8, labels=True)
-        rows["labels"][0, :3] = -100  # uneven token counts per micro-batch: a mean of means would be wrong
-        rows["labels"][5, 1:] = -100
+        if rows["labels"].dim() == 2:  # uneven token counts per micro-batch: a mean of means would be wrong
+            rows["labels"][0, :3] = -100
+            rows["labels"][5, 1:] = -100
         dataset = [{k: v[i] for k, v in rows.items()} for i in range(8)]
 
         def train(batch_size, accumulation):
@@ -496,9 +506,11 @@ class ModelTesterMixin:
         start = {n: p for n, p in self.make_model(cls, **self.no_dropout).named_parameters()}
         moved = False
         for name in full:
-            torch.testing.assert_close(accumulated[name], full[name], rtol=1e-5, atol=1e-6, msg=name)
+            torch.testing.assert_close(
+                accumulated[name], full[name], rtol=1e-5, atol=1e-6, msg=f"{cls.__name__} {name}"
+            )
             moved |= not torch.equal(full[name], start[name])
-        assert moved
+        assert moved, cls.__name__
 
     no_dropout: dict = {}  # config overrides that switch dropout off, set by each family
 

@@ -27,7 +27,7 @@ from transformers.utils import can_return_tuple
 from .attention import MultiHeadAttention
 from .configuration_bert import BERTConfig
 from .layers import FeedForward, make_norm
-from .utils import check_attention_mask, positions_from_attention_mask
+from .utils import check_attention_mask, positions_from_attention_mask, sequence_classification_loss
 
 # The activation of the MLM head's transform; a gated FFN (swiglu) has no single-input form, so its gate's SiLU is used.
 HEAD_ACTIVATIONS = {
@@ -287,17 +287,7 @@ class BERTForSequenceClassification(BERTPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         loss = None
         if labels is not None:
-            loss = self.loss_function(
-                logits=logits,
-                labels=labels,
-                pooled_logits=logits,
-                config=self.config,
-                num_items_in_batch=num_items_in_batch,
-            )
-            if num_items_in_batch is not None and self.config.problem_type != "single_label_classification":
-                # The MSE and BCE losses are means over this micro-batch; Trainer's accumulation expects a sum divided
-                # by the items of the whole accumulated batch (it counts the label entries), so rescale.
-                loss = loss * labels.numel() / num_items_in_batch
+            loss = sequence_classification_loss(self.loss_function, logits, labels, self.config, num_items_in_batch)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

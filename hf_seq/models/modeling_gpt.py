@@ -22,7 +22,12 @@ from .attention import MultiHeadAttention
 from .configuration_gpt import GPTConfig
 from .layers import FeedForward, make_norm
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
-from .utils import check_attention_mask, last_token_indices, positions_from_attention_mask
+from .utils import (
+    check_attention_mask,
+    last_token_indices,
+    positions_from_attention_mask,
+    sequence_classification_loss,
+)
 
 
 class GPTBlock(GradientCheckpointingLayer):
@@ -247,6 +252,7 @@ class GPTForSequenceClassification(GPTPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast:
         outputs = self.model(
@@ -263,7 +269,7 @@ class GPTForSequenceClassification(GPTPreTrainedModel):
         logits = self.score(self.dropout(pooled))
         loss = None
         if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, pooled_logits=logits, config=self.config)
+            loss = sequence_classification_loss(self.loss_function, logits, labels, self.config, num_items_in_batch)
         return SequenceClassifierOutputWithPast(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

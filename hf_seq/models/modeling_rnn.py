@@ -26,7 +26,7 @@ from transformers.utils import can_return_tuple
 from .configuration_rnn import RNNConfig
 from .recurrent import GatedElman, RecurrentStack
 from .state import RecurrentState
-from .utils import check_attention_mask
+from .utils import check_attention_mask, sequence_classification_loss
 
 
 class RNNPreTrainedModel(PreTrainedModel):
@@ -215,6 +215,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast:
         attention_mask = _mask_from_pad_tokens(input_ids, attention_mask, self.config.pad_token_id)
@@ -236,7 +237,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         logits = self.score(self.dropout(pooled))
         loss = None
         if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, pooled_logits=logits, config=self.config)
+            loss = sequence_classification_loss(self.loss_function, logits, labels, self.config, num_items_in_batch)
         return SequenceClassifierOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 

@@ -45,3 +45,16 @@ def last_token_indices(
             "attention_mask (the tokenizer returns it), or set config.pad_token_id (e.g. to the tokenizer's pad id)."
         )
     return -1
+
+
+def sequence_classification_loss(loss_function, logits, labels, config, num_items_in_batch=None) -> torch.Tensor:
+    """transformers' sequence-classification loss (cross-entropy, MSE for regression, BCE for multi-label, chosen
+    from `config.problem_type`), exact under Trainer's gradient accumulation: Trainer passes `num_items_in_batch`
+    (the labels of the whole accumulated batch) and then leaves the loss unscaled, so the loss must be a sum over
+    this micro-batch divided by it. Cross-entropy takes it directly; the MSE and BCE means are rescaled."""
+    loss = loss_function(
+        logits=logits, labels=labels, pooled_logits=logits, config=config, num_items_in_batch=num_items_in_batch
+    )
+    if num_items_in_batch is not None and config.problem_type != "single_label_classification":
+        loss = loss * labels.numel() / num_items_in_batch
+    return loss
