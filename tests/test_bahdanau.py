@@ -225,6 +225,19 @@ def test_no_attention_reads_one_fixed_context_the_final_encoder_states():
     assert torch.equal(context[1], torch.cat([annotations[1, -1, :16], annotations[1, 3, 16:]]))  # [->h_S; <-h_1]
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_resize_token_embeddings_resizes_source_target_and_output(tie):
+    model = tiny_model(tie_word_embeddings=tie, deep_output_size=12)
+    model.resize_token_embeddings(120)
+    decoder = model.model.decoder
+    sizes = {m.weight.shape[0] for m in (model.get_input_embeddings(), decoder.embed_tokens, model.lm_head)}
+    assert sizes == {120} and model.config.vocab_size == 120
+    assert (decoder.embed_tokens.weight is model.get_input_embeddings().weight) == tie
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[110, 5]]), decoder_input_ids=torch.tensor([[1, 115]])).logits
+    assert logits.shape == (1, 2, 120)
+
+
 # ------------------------------------------------------------------------------------------------ generation
 def test_annotations_are_projected_once_per_sentence(monkeypatch):
     """U_a h_j is computed once per generate() call, then read from the state at every step."""

@@ -280,6 +280,15 @@ class BahdanauPreTrainedModel(PreTrainedModel):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the decoder creates its own BahdanauState; generate must not build a key/value cache
 
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        """Source and target share one vocabulary: untied target embeddings are resized with the source ones."""
+        decoder = self.get_decoder()
+        if not self.config.tie_word_embeddings:
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, new_num_tokens, pad_to_multiple_of, mean_resizing
+            )
+        return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+
     @torch.no_grad()
     def _init_weights(self, module):
         """Appendix B.1 of the paper, with std = initializer_range (the paper's 0.01): recurrent matrices random
