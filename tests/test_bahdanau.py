@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 
-from hf_seq import BahdanauConfig, BahdanauForConditionalGeneration, BahdanauState
+from hf_seq import BahdanauConfig, BahdanauForConditionalGeneration, BahdanauModel, BahdanauState
 from hf_seq.data import sequence_reversal
 from tests.tester import FIRST_WORD, PAD, ModelTesterMixin
 
@@ -223,6 +223,18 @@ def test_no_attention_reads_one_fixed_context_the_final_encoder_states():
         context = decoder.fixed_context(annotations, batch["attention_mask"])
     assert out.alignments is None and out.cross_attentions is None
     assert torch.equal(context[1], torch.cat([annotations[1, -1, :16], annotations[1, 3, 16:]]))  # [->h_S; <-h_1]
+
+
+def test_base_model_returns_deep_output_annotations_and_every_layer():
+    torch.manual_seed(0)
+    model = BahdanauModel(BahdanauConfig(**{**TINY, "num_hidden_layers": 2})).eval()
+    with torch.no_grad():
+        out = model(**source_batch(), decoder_input_ids=torch.tensor([[1, 5, 6], [1, 7, 8]]), output_hidden_states=True)
+    assert out.last_hidden_state.shape == (2, 3, 8)  # t_i, after the maxout
+    assert out.encoder_last_hidden_state.shape == (2, 7, 32)  # h_j = [->h_j; <-h_j]
+    assert [h.shape for h in out.decoder_hidden_states] == [(2, 3, 12), (2, 3, 16), (2, 3, 16)]  # E y, s^1, s^2
+    assert [h.shape for h in out.encoder_hidden_states] == [(2, 7, 12), (2, 7, 32), (2, 7, 32)]
+    assert out.past_key_values.hidden.shape == (2, 2, 16)
 
 
 @pytest.mark.parametrize("tie", [True, False])
