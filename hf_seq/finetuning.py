@@ -94,9 +94,7 @@ def tokenize_rows(recipe: Recipe, rows: list[dict], tokenizer, label2id: dict | 
     eos = tokenizer.eos_token_id
     return datasets.Dataset.from_dict(
         {
-            "input_ids": [
-                tokenizer(r["source"], add_special_tokens=False)["input_ids"][: max_length - 1] + [eos] for r in rows
-            ],
+            "input_ids": [tokenizer(r["source"], add_special_tokens=False)["input_ids"][:max_length] for r in rows],
             "labels": [
                 tokenizer(r["target"], add_special_tokens=False)["input_ids"][: max_length - 1] + [eos] for r in rows
             ],

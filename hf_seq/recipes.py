@@ -118,7 +118,10 @@ def _check_type(key: str, value, annotation):
         return value
     if annotation in (int, float, str, bool) and type(value) is annotation:
         return value
-    raise RecipeError(f"recipe key {key!r}: expected {getattr(annotation, '__name__', annotation)}, got {value!r}")
+    hint = " (YAML reads no/yes/on/off as booleans: quote the value, e.g. 'no')" if isinstance(value, bool) else ""
+    raise RecipeError(
+        f"recipe key {key!r}: expected {getattr(annotation, '__name__', annotation)}, got {value!r}{hint}"
+    )
 
 
 def _build(cls, values: dict, prefix: str):
@@ -155,7 +158,10 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
             raise RecipeError(f"override {dotted}: {key!r} is not a section")
-    node[keys[-1]] = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
+    value = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
+    if isinstance(value, bool) and raw.lower() not in ("true", "false"):
+        value = raw  # YAML 1.1 reads no/yes/on/off as booleans: mixed_precision=no means the string
+    node[keys[-1]] = value
 
 
 def resolve_tracker(log_with: str | None) -> str | None:

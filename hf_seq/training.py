@@ -98,13 +98,14 @@ def build_dataset(recipe: Recipe, tokenizer, rows):
 
 
 def seq2seq_dataset(rows, tokenizer, max_length: int):
-    """Source ids + EOS as `input_ids`, target ids + EOS as `labels` (the model shifts them right for its input)."""
+    """Source ids as `input_ids` (as the translation pipeline tokenizes them), target ids + EOS as `labels` (the
+    model shifts them right for its decoder input; EOS teaches it to stop)."""
     import datasets
 
     eos = tokenizer.eos_token_id
     columns = {"input_ids": [], "labels": []}
     for row in rows:
-        source = tokenizer(row["source"], add_special_tokens=False)["input_ids"][: max_length - 1] + [eos]
+        source = tokenizer(row["source"], add_special_tokens=False)["input_ids"][:max_length]
         target = tokenizer(row["target"], add_special_tokens=False)["input_ids"][: max_length - 1] + [eos]
         columns["input_ids"].append(source)
         columns["labels"].append(target)
@@ -196,8 +197,7 @@ def evaluate_bleu(model, tokenizer, rows, max_new_tokens: int, num_beams: int, b
     hypotheses = []
     for start in range(0, len(rows), batch_size):
         sources = [r["source"] for r in rows[start : start + batch_size]]
-        encoded = [tokenizer(s, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for s in sources]
-        batch = tokenizer.pad({"input_ids": encoded}, return_tensors="pt").to(device)
+        batch = tokenizer(sources, add_special_tokens=False, padding=True, return_tensors="pt").to(device)
         out = model.generate(**batch, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False)
         hypotheses += tokenizer.batch_decode(out, skip_special_tokens=True)
     model.train()

@@ -67,7 +67,16 @@ def test_bad_recipes_fail_before_training_naming_the_key(overrides, message):
 
 
 def test_overrides_are_typed():
-    recipe = load_recipe(TINY_GPT, ["training.learning_rate=1e-4", "model.hidden_size=64", "training.log_with=null"])
+    recipe = load_recipe(
+        TINY_GPT,
+        [
+            "training.learning_rate=1e-4",
+            "model.hidden_size=64",
+            "training.log_with=null",
+            "training.mixed_precision=no",
+        ],
+    )
+    assert recipe.training.mixed_precision == "no"
     assert recipe.training.learning_rate == 1e-4 and recipe.model["hidden_size"] == 64
     assert recipe.task == "causal_lm"
 
