@@ -14,9 +14,9 @@ noise.
     python bench/bench_transformer.py            # CPU, fp32, sdpa; writes bench/results/transformer_cpu.md
     python bench/bench_transformer.py --quick    # a tiny configuration, a few seconds, nothing written
 
-With `--length-table`, also the exact match of greedy decoding against source length (10 to 60) on the synthetic
-reversal task of `hf_seq.data`, the table the Bahdanau bench reports for its attention and no-attention models, so
-the three sequence-to-sequence designs sit side by side.
+With `--length-table`, also the Transformer's row of the reversal table of bench_bahdanau.py (exact match of greedy
+decoding against source length 10 to 60, `hf_seq.data.sequence_reversal`), trained by that script's code on the
+budget its attention and fixed-context RNN designs get, so the three sequence-to-sequence designs sit side by side.
 """
 
 import argparse
@@ -159,74 +159,17 @@ def summarize(per_round: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ length table
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
-PAD, START, EOS = 0, 1, 2  # one id per letter after these
+def length_table(quick: bool) -> dict:
+    """The Transformer's row of the Bahdanau bench's reversal table: bench_bahdanau.py's batches, budget, schedule
+    and evaluation (its defaults), the ones its attention and fixed-context RNN designs get, so the three compare."""
+    import bench_bahdanau  # this script's folder is on sys.path when it is run as a script
 
-
-def reversal_batch(rows: list[dict]) -> dict:
-    """Source and target symbols as ids (one per letter, no tokenizer needed), each ending with EOS; right padding."""
-
-    def ids(text: str) -> list[int]:
-        return [3 + LETTERS.index(symbol) for symbol in text.split()] + [EOS]
-
-    sources, targets = [ids(r["source"]) for r in rows], [ids(r["target"]) for r in rows]
-    width_s, width_t = max(map(len, sources)), max(map(len, targets))
-    input_ids = torch.tensor([s + [PAD] * (width_s - len(s)) for s in sources])
-    labels = torch.tensor([t + [-100] * (width_t - len(t)) for t in targets])
-    return {"input_ids": input_ids, "attention_mask": (input_ids != PAD).long(), "labels": labels}
-
-
-def length_table(
-    lengths=(10, 20, 30, 40, 50, 60), steps: int = 1500, batch_size: int = 32, per_length: int = 50, seed: int = 0
-) -> list[tuple[int, float]]:
-    """Exact match of greedy decoding by source length on `hf_seq.data.sequence_reversal`, for a small Transformer
-    (d 64, 2 + 2 layers, no dropout: every batch is fresh data) trained for `steps` Adam steps (peak rate 3e-3,
-    100 warm-up steps, inverse-sqrt decay) on lengths drawn uniformly from min(lengths)..max(lengths). The Bahdanau
-    bench reports the same table for its `additive` and `none` models."""
-    from hf_seq.data import sequence_reversal
-    from hf_seq.schedules import inverse_sqrt_schedule
-
-    config = TransformerConfig(
-        vocab_size=3 + len(LETTERS),
-        hidden_size=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        num_attention_heads=4,
-        intermediate_size=256,
-        max_position_embeddings=2 * max(lengths),
-        dropout=0.0,
-        label_smoothing=0.1,
-        pad_token_id=PAD,
-        bos_token_id=START,
-        eos_token_id=EOS,
-    )
-    torch.manual_seed(seed)
-    model = TransformerForConditionalGeneration(config).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)  # betas of section 5.3
-    scheduler = inverse_sqrt_schedule(optimizer, warmup_steps=min(100, steps))
-    rows = sequence_reversal(steps * batch_size, seed=seed, min_length=min(lengths), max_length=max(lengths))
-    for step in range(steps):
-        loss = model(**reversal_batch(rows[step * batch_size : (step + 1) * batch_size])).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-    model.eval()
-    table = []
-    for length in lengths:
-        batch = reversal_batch(
-            sequence_reversal(per_length, seed=seed + 1 + length, min_length=length, max_length=length)
-        )
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=length + 1
-            )
-        predicted = torch.full_like(batch["labels"], PAD)  # generation may stop early: pad it
-        generated = out[:, 1 : length + 2]  # after the start token: the symbols and EOS
-        predicted[:, : generated.shape[1]] = generated
-        table.append((length, (predicted == batch["labels"]).all(-1).float().mean().item()))
-    return table
+    options = {"steps": 1200, "batch_size": 64, "min_length": 5, "max_length": 60, "examples": 100, "quick": quick}
+    lengths = tuple(range(10, 61, 10))
+    if quick:
+        options |= {"steps": 20, "examples": 10}
+        lengths = (10, 20)
+    return bench_bahdanau.run_design("transformer", options, lengths)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -238,7 +181,7 @@ def machine() -> str:
     )
 
 
-def report(results: list[dict], attn: str, table=None, length_steps: int = 0) -> str:
+def report(results: list[dict], attn: str, table: dict | None = None) -> str:
     lines = [
         "# TransformerForConditionalGeneration vs MarianMTModel (CPU)",
         "",
@@ -266,18 +209,19 @@ def report(results: list[dict], attn: str, table=None, length_steps: int = 0) ->
         "a fixed number of new tokens (EOS disabled). Training: AdamW, source + target tokens counted.",
     ]
     if table:
+        lengths = sorted(table["scores"])
         lines += [
             "",
             "## Reversal: exact match by source length",
             "",
-            f"`python bench/bench_transformer.py --length-table --length-steps {length_steps}`: d 64, 2 + 2 layers, "
-            f"{length_steps} Adam steps of 32 sequences with lengths uniform in 10-60 (`hf_seq.data.sequence_reversal`),",
-            "peak rate 3e-3 with 100 warm-up steps and inverse-sqrt decay, label smoothing 0.1, no dropout; greedy",
-            "decoding of 50 new sequences per length.",
+            "`--length-table`: the Transformer row of bench_bahdanau.py's table, trained and scored by that script's",
+            f"code ({table['parameters']:,} parameters, peak rate {table['lr']:g}, {table['seconds']:.0f} s on one "
+            f"thread, final loss {table['final_loss']:.3f}); see bahdanau_cpu.md for the RNN designs on the same budget.",
             "",
-            "| source length | " + " | ".join(str(length) for length, _ in table) + " |",
-            "|---|" + "---|" * len(table),
-            "| exact match | " + " | ".join(f"{exact:.2f}" for _, exact in table) + " |",
+            "| source length | " + " | ".join(str(n) for n in lengths) + " |",
+            "|---|" + "---:|" * len(lengths),
+            "| exact match | " + " | ".join(f"{table['scores'][n][0]:.2f}" for n in lengths) + " |",
+            "| token accuracy | " + " | ".join(f"{table['scores'][n][1]:.2f}" for n in lengths) + " |",
         ]
     return "\n".join(lines) + "\n"
 
@@ -288,8 +232,7 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
-    parser.add_argument("--length-table", action="store_true", help="also the reversal exact-match table")
-    parser.add_argument("--length-steps", type=int, default=1500, help="training steps for the length table")
+    parser.add_argument("--length-table", action="store_true", help="also the reversal table (bench_bahdanau.py's)")
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "transformer_cpu.md"))
     args = parser.parse_args()
     torch.set_flush_denormal(True)  # see shared notes: denormals made CPU timings erratic
@@ -309,14 +252,12 @@ def main() -> None:
             flush=True,
         )
     table = None
-    if args.length_table:
-        table = length_table(
-            lengths=(10, 20) if args.quick else (10, 20, 30, 40, 50, 60), steps=20 if args.quick else args.length_steps
-        )
-        for length, exact in table:
-            print(f"reversal, source length {length}: exact match {exact:.2f}")
+    if args.length_table:  # last: it trains on one thread, as the Bahdanau bench does
+        table = length_table(args.quick)
+        for length, (exact, tokens) in table["scores"].items():
+            print(f"reversal, source length {length}: exact match {exact:.2f}, token accuracy {tokens:.2f}")
     if not args.quick:
-        Path(args.output).write_text(report(results, args.attn, table, args.length_steps))
+        Path(args.output).write_text(report(results, args.attn, table))
         print(f"wrote {args.output}")
 
 
