@@ -2,9 +2,10 @@
 (ours is built, the reference is `hf_seq.convert.to_transformers(ours)`).
 
 Measured per size: training throughput (forward + backward + AdamW step, tokens/s) and its MFU, greedy generation
-with the KV cache (new tokens/s), and peak memory of each. The two models alternate within each round, which one
-goes first alternates between rounds, and each figure is the median over rounds; the ratio column is the median of
-the per-round ratios ours / transformers, with their range. On these CPUs a ratio within about 0.08 of 1 is noise.
+with the KV cache (new tokens/s), and peak memory of each. The two models alternate step by step within each
+round, which one goes first alternates between rounds, and each figure is the median over rounds; the ratio column
+is the median of the per-round ratios ours / transformers, with their range. On a quiet 2-core CPU, the same model
+timed against itself read 0.92-1.04: a ratio within about 0.08 of 1 is noise.
 
     python bench/bench_gpt.py                      # CPU, fp32, sdpa; writes bench/results/gpt_cpu.md
     python bench/bench_gpt.py --device cuda --dtype bf16 --compile
@@ -319,10 +320,14 @@ def main() -> None:
         train = {name: [] for name in MODELS}
         generate = {name: [] for name in MODELS}
         for r in range(rounds):
+            # The models alternate step by step, so a load that comes and goes hits both alike.
             order = MODELS if r % 2 == 0 else MODELS[::-1]
-            for name in order:
-                seconds = trainers[name].run(size.train_steps)
-                train[name].append(size.train_steps * size.batch_size * size.seq_len / seconds)
+            seconds = dict.fromkeys(MODELS, 0.0)
+            for _ in range(size.train_steps):
+                for name in order:
+                    seconds[name] += trainers[name].run(1)
+            for name in MODELS:
+                train[name].append(size.train_steps * size.batch_size * size.seq_len / seconds[name])
             for name in order:
                 generate[name].append(size.generate_batch * size.new_tokens / generators[name].run())
             print(
