@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from transformers.activations import ACT2FN
 
 from hf_seq import GPTConfig, GPTForCausalLM
 from hf_seq.convert import CONVERSIONS, to_transformers
@@ -91,14 +92,24 @@ def build_config(size: Size) -> GPTConfig:
     )
 
 
-def build_models(size: Size, attn: str, device: str) -> dict:
+def build_models(size: Size, attn: str, device: str, reference_gelu: str = "gelu_new") -> dict:
     """Ours with random weights, and the reference with the same weights."""
     torch.manual_seed(0)
     ours = GPTForCausalLM._from_config(build_config(size), attn_implementation=attn).to(device)
-    models = {"ours": ours, "transformers": to_transformers(ours)}
+    models = {"ours": ours, "transformers": use_gelu(to_transformers(ours), reference_gelu)}
     for model in models.values():
         prepare_generation(model)
     return models
+
+
+def use_gelu(reference, name: str):
+    """GPT-2's `gelu_new` is a Python expression of ~8 elementwise kernels; `gelu_pytorch_tanh` is the same function
+    in one fused kernel, the one our `gelu_new` calls. The bench's default keeps GPT-2's own."""
+    if name != reference.config.activation_function:
+        reference.config.activation_function = name
+        for block in reference.transformer.h:
+            block.mlp.act = ACT2FN[name]
+    return reference
 
 
 def prepare_generation(model) -> None:
@@ -199,7 +210,7 @@ def measure_memory_subprocess(args, size: Size, model_name: str, task: str) -> f
     """Peak memory (MiB) of a fresh process that builds one of the two models and runs one task on it."""
     spec = json.dumps({"size": asdict(size), "model": model_name, "task": task})
     command = [sys.executable, __file__, "--memory-child", spec, "--device", args.device, "--dtype", args.dtype]
-    command += ["--attn", args.attn] + (["--compile"] if args.compile else [])
+    command += ["--attn", args.attn, "--reference-gelu", args.reference_gelu] + (["--compile"] if args.compile else [])
     out = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -217,6 +228,7 @@ def memory_child(args) -> None:
     else:
         reference_config = CONVERSIONS[transformers.GPT2LMHeadModel].config_to_reference(config)
         model = transformers.GPT2LMHeadModel._from_config(reference_config, attn_implementation=args.attn)
+        model = use_gelu(model, args.reference_gelu)
     model.to(args.device)
     prepare_generation(model)
     if spec["task"] == "train":
@@ -291,6 +303,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="bf16: autocast, fp32 master weights")
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     parser.add_argument("--compile", action="store_true", help="torch.compile the training forward of both models")
+    parser.add_argument(
+        "--reference-gelu",
+        default="gelu_new",
+        choices=["gelu_new", "gelu_pytorch_tanh"],
+        help="the reference's GELU kernel: GPT-2's own (unfused) or the fused one ours uses, to compare the rest",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="a tiny size and 2 rounds: a smoke test")
     parser.add_argument("--sizes", nargs="*", help=f"subset of {list(SIZES)}")
@@ -319,7 +337,7 @@ def main() -> None:
     measure_ceiling()
     results = []
     for size in sizes.values():
-        models = build_models(size, args.attn, args.device)
+        models = build_models(size, args.attn, args.device, args.reference_gelu)
         trainers = {name: Trainer(m, size, args.device, dtype, args.compile) for name, m in models.items()}
         generators = {name: Generator(m, size, args.device, dtype) for name, m in models.items()}
         for name in MODELS:  # warm up: optimizer state, allocator, compilation, generate's first call
@@ -417,6 +435,7 @@ def write_report(args, sizes, rows, ceilings, peak_source, rounds) -> None:
             f"--device {args.device}" if args.device != "cpu" else "",
             f"--dtype {args.dtype}" if args.dtype != "fp32" else "",
             f"--attn {args.attn}" if args.attn != "sdpa" else "",
+            f"--reference-gelu {args.reference_gelu}" if args.reference_gelu != "gelu_new" else "",
             "--compile" if args.compile else "",
             f"--rounds {args.rounds}" if args.rounds != 5 and not args.quick else "",
             "--quick" if args.quick else "",
@@ -427,7 +446,9 @@ def write_report(args, sizes, rows, ceilings, peak_source, rounds) -> None:
         f"# GPTForCausalLM vs transformers GPT2LMHeadModel ({args.device})",
         "",
         f"`{command}`: {args.dtype}, attention `{args.attn}`, {'torch.compile' if args.compile else 'eager mode'}, "
-        f"dropout 0.1 (GPT-2's), AdamW, flush-denormal on, median of {rounds} interleaved rounds.",
+        f"dropout 0.1 (GPT-2's), AdamW, flush-denormal on, median of {rounds} interleaved rounds; the reference's "
+        f"activation is `{args.reference_gelu}`"
+        + (" (GPT-2's own: an unfused Python expression)." if args.reference_gelu == "gelu_new" else " (fused)."),
         "Ratio: ours / transformers, median of the per-round ratios (range in brackets); above 1 is faster for "
         "throughput, below 1 is less memory.",
         "",
@@ -449,7 +470,9 @@ def write_report(args, sizes, rows, ceilings, peak_source, rounds) -> None:
     ]
     text = "\n".join(lines)
     print("\n" + text)
-    output = Path(args.output) if args.output else Path(__file__).parent / "results" / f"gpt_{args.device}.md"
+    suffix = "" if args.reference_gelu == "gelu_new" else f"_{args.reference_gelu}"
+    default = Path(__file__).parent / "results" / f"gpt_{args.device}{suffix}.md"
+    output = Path(args.output) if args.output else default
     if args.quick and not args.output:
         return  # a smoke test does not overwrite the recorded results
     output.parent.mkdir(parents=True, exist_ok=True)
