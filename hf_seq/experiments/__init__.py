@@ -1,0 +1,37 @@
+"""The lectures' experiments, one module each, every one over the public API (model classes, configs, `hf_seq.data`,
+`generate()`), so a student can re-run, change and look:
+
+    hf-seq experiment --list
+    hf-seq experiment parentheses [--quick] [--output-dir DIR]
+
+    from hf_seq.experiments import parentheses
+    results = parentheses.run(quick=True, output_dir="out")     # the dict written to out/results.json
+
+Each `run(quick=False, output_dir=..., **options)` writes `results.md` (the table, and what the lecture claims against
+what the run measured), `results.json` (the same numbers, with a `claims` list of {claim, measured, agrees}) and PNG
+plots into `output_dir`, and returns the results. This file stays free of heavy imports: `hf-seq --help` and
+`hf-seq experiment --list` read the table below without importing torch.
+"""
+
+import importlib
+
+# name -> one line: what the experiment shows
+EXPERIMENTS = {
+    "vanishing_gradients": "norm of dh_T/dh_t and of the loss gradient against distance: Elman (tanh, ReLU), GRU, LSTM",
+    "parentheses": "balanced colored parentheses: Elman, gated RNN, GRU, LSTM, GPT on longer and deeper strings",
+    "positions": "GPT with learned, sinusoidal, RoPE and ALiBi positions evaluated at 1x, 2x, 4x the trained context",
+    "decoding": "greedy, beam, temperature, top-k, top-p on one LM: samples, distinct-n, perplexity, length",
+    "attention_maps": "every head of every layer of a small trained GPT, BERT and Transformer on one sentence",
+    "exposure_bias": "teacher forcing vs scheduled sampling (Bengio et al. 2015): error rate against output position",
+    "bottleneck": "sequence reversal: encoder-decoder without attention, with Bahdanau attention, Transformer",
+}
+
+
+def get_experiment(name: str):
+    """The module of experiment `name` (it has `run(quick=False, output_dir=..., **options)`)."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; allowed values: {sorted(EXPERIMENTS)}.")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+__all__ = ["EXPERIMENTS", "get_experiment"]
