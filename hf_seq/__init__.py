@@ -5,6 +5,7 @@ from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
 from .models.configuration_rnn import RNNConfig
 from .models.configuration_transformer import TransformerConfig
+from .models.configuration_window import WindowConfig
 from .models.modeling_bahdanau import BahdanauForConditionalGeneration, BahdanauModel, BahdanauState
 from .models.modeling_bert import (
     BERTForMaskedLM,
@@ -21,6 +22,7 @@ from .models.modeling_rnn import (
     RNNModel,
 )
 from .models.modeling_transformer import TransformerForConditionalGeneration, TransformerModel
+from .models.modeling_window import WindowForCausalLM, WindowModel, WindowState
 from .models.state import RecurrentState
 from .pipelines import register_pipelines
 from .qa import register_qa_pipeline
@@ -57,4 +59,8 @@ __all__ = [
     "TransformerConfig",
     "TransformerForConditionalGeneration",
     "TransformerModel",
+    "WindowConfig",
+    "WindowForCausalLM",
+    "WindowModel",
+    "WindowState",
 ]

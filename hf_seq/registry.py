@@ -76,6 +76,12 @@ FAMILIES: tuple[Family, ...] = (
         "BahdanauConfig",
         {"AutoModel": "BahdanauModel", "AutoModelForSeq2SeqLM": "BahdanauForConditionalGeneration"},
     ),
+    Family(
+        "window",
+        "hf_seq_window",
+        "WindowConfig",
+        {"AutoModel": "WindowModel", "AutoModelForCausalLM": "WindowForCausalLM"},
+    ),
 )
 
 

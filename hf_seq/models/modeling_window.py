@@ -1,0 +1,211 @@
+"""The fixed-window neural language model of Bengio, Ducharme, Vincent and Jauvin (2003), "A Neural Probabilistic
+Language Model": the n-gram's Markov assumption (only the previous n-1 words count) with the count table replaced
+by learned word vectors and a small network, so that similar contexts share statistics.
+
+x = (C(w_{t-1}), C(w_{t-2}), ..., C(w_{t-n+1}))     C: the embedding table, x: (n-1) * m features
+y = b + W x + U tanh(d + H x)                        (W = 0 without direct connections)
+P(w_t = i | w_{t-1}, ..., w_{t-n+1}) = softmax(y)_i
+
+Position t predicts token t+1 from the window ending at t; positions before the first token and padding read a
+zero vector. A call returns the last n-1 embeddings (a `WindowState`, under `past_key_values`) and accepts them back,
+so generation costs one window per token: each step sees the last n-1 tokens and nothing older.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import can_return_tuple
+
+from .configuration_window import WindowConfig
+from .state import RecurrentState
+from .utils import check_attention_mask
+
+
+@dataclass(eq=False)
+class WindowState(RecurrentState):
+    """The model's whole memory: `hidden` holds the embeddings of the last n-1 positions, (B, n-1, m), oldest first,
+    zeros where there was no word. `seen_tokens` counts the positions consumed (padding included)."""
+
+    batch_dims: ClassVar[dict[str, int]] = {"hidden": 0}
+
+
+@dataclass
+class WindowModelOutput(BaseModelOutputWithPast):
+    """`window`: x at every position, (B, T, (n-1) * m), which the direct connections read."""
+
+    window: torch.FloatTensor | None = None
+
+
+class WindowHiddenLayer(GradientCheckpointingLayer):
+    """h = tanh(d + H x)."""
+
+    def __init__(self, input_size: int, hidden_size: int, dropout: float):
+        super().__init__()
+        self.linear = nn.Linear(input_size, hidden_size)  # H, d
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(torch.tanh(self.linear(x)))
+
+
+class WindowPreTrainedModel(PreTrainedModel):
+    config_class = WindowConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["WindowHiddenLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _is_stateful = True  # generate refuses assisted decoding: the window cannot be rewound to drop rejected tokens
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model keeps its own WindowState; generate must not build a key/value cache
+
+
+class WindowModel(WindowPreTrainedModel):
+    """The embedding table C and the tanh layers; returns the last layer's states (B, T, h), x at every position
+    and the `WindowState` after the last token."""
+
+    def __init__(self, config: WindowConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size)  # C
+        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        sizes = [config.context_size * config.embedding_size] + [config.hidden_size] * config.num_hidden_layers
+        self.layers = nn.ModuleList(
+            WindowHiddenLayer(sizes[i], sizes[i + 1], config.hidden_dropout) for i in range(config.num_hidden_layers)
+        )
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: WindowState | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> WindowModelOutput:
+        """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (a padded position reads as no word).
+        `past_key_values`: the state a previous call returned (None: the sequence starts here)."""
+        config = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("WindowModel: pass exactly one of input_ids or inputs_embeds.")
+        if past_key_values is not None and not isinstance(past_key_values, WindowState):
+            raise TypeError(
+                f"WindowModel: past_key_values must be the WindowState a previous call returned, not "
+                f"{type(past_key_values).__name__} (a fixed-window model keeps no key/value cache)."
+            )
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch_size, seq_len, width = inputs_embeds.shape
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        check_attention_mask(attention_mask, batch_size, past_length + seq_len)
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError("WindowModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
+        if attention_mask is not None:
+            inputs_embeds = inputs_embeds * attention_mask[:, -seq_len:, None].to(inputs_embeds.dtype)
+        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+        n_1 = config.context_size
+        if past_key_values is None:
+            before = inputs_embeds.new_zeros(batch_size, n_1, width)  # no word before the first token
+        else:
+            before = past_key_values.hidden.to(inputs_embeds.dtype)
+        sequence = torch.cat([before, inputs_embeds], 1)  # (B, n-1 + T, m)
+        # the window ending at each new token, newest first as in the paper: (B, T, m, n-1) -> (B, T, (n-1) * m)
+        windows = sequence.unfold(1, n_1, 1)[:, 1:].flip(-1)
+        x = self.embedding_dropout(windows.transpose(-1, -2).reshape(batch_size, seq_len, n_1 * width))
+
+        hidden_states, all_hidden_states = x, [x]
+        for layer in self.layers:
+            hidden_states = layer(hidden_states)
+            all_hidden_states.append(hidden_states)
+        state = WindowState(sequence[:, -n_1:], seen_tokens=past_length + seq_len) if use_cache else None
+        return WindowModelOutput(
+            last_hidden_state=hidden_states,
+            past_key_values=state,
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            window=x,
+        )
+
+
+class WindowForCausalLM(WindowPreTrainedModel, GenerationMixin):
+    """y = b + W x + U tanh(d + H x), the next-token logits at every position.
+
+    `lm_head` is U and b; with tied embeddings U = C^T P (`output_projection` is P, present when h != m);
+    `direct` is W (present with `direct_connections=True`)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: WindowConfig):
+        super().__init__(config)
+        self.model = WindowModel(config)
+        head_size = config.hidden_size
+        self.output_projection = None
+        if config.tie_word_embeddings and config.hidden_size != config.embedding_size:
+            self.output_projection = nn.Linear(config.hidden_size, config.embedding_size, bias=False)
+            head_size = config.embedding_size
+        self.lm_head = nn.Linear(head_size, config.vocab_size)
+        self.direct = None
+        if config.direct_connections:
+            self.direct = nn.Linear(config.context_size * config.embedding_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: WindowState | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
+        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        hidden_states = outputs.last_hidden_state[:, keep, :]
+        if self.output_projection is not None:
+            hidden_states = self.output_projection(hidden_states)
+        logits = self.lm_head(hidden_states)  # b + U tanh(d + H x)
+        if self.direct is not None:
+            logits = logits + self.direct(outputs.window[:, keep, :])  # + W x
+        loss = None
+        if labels is not None:
+            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states
+        )
+
+
+__all__ = ["WindowState", "WindowPreTrainedModel", "WindowModel", "WindowForCausalLM"]
