@@ -5,10 +5,11 @@ from transformers import PreTrainedConfig
 
 from .config_utils import (
     check_choice,
+    check_common_values,
     check_positive,
     check_probability,
     fill_auto_map,
-    reject_misspelled_options,
+    resolve_options,
 )
 from .layers import ACTIVATIONS, NORM_TYPES
 
@@ -25,15 +26,23 @@ class BERTConfig(PreTrainedConfig):
     - `type_vocab_size`: the number of segments (`token_type_ids`: 0 for sentence A, 1 for sentence B).
     - `hidden_dropout` acts on the embeddings and on each sublayer's output, `attention_dropout` on the attention
       weights, `classifier_dropout` (default: `hidden_dropout`) before the task heads. BERT's own names
-      (`hidden_dropout_prob`, `attention_probs_dropout_prob`) are accepted as aliases.
+      (`hidden_dropout_prob`, `attention_probs_dropout_prob`) are accepted as aliases; `dropout=p` sets both
+      (the paper uses one P_drop).
     - `intermediate_size` defaults to 4 * hidden_size.
+
+    `num_heads`, `layer_norm_epsilon` and `hidden_activation` are accepted as aliases of `num_attention_heads`,
+    `layer_norm_eps` and `hidden_act`.
     """
 
     model_type = "hf_seq_bert"
     attribute_map = {
         "hidden_dropout_prob": "hidden_dropout",
         "attention_probs_dropout_prob": "attention_dropout",
+        "num_heads": "num_attention_heads",
+        "layer_norm_epsilon": "layer_norm_eps",
+        "hidden_activation": "hidden_act",
     }
+    option_groups = {"dropout": ("hidden_dropout", "attention_dropout")}
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -58,7 +67,7 @@ class BERTConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
-        reject_misspelled_options(self, kwargs)
+        resolve_options(self, kwargs)
         check_positive(
             self,
             "vocab_size",
@@ -81,6 +90,7 @@ class BERTConfig(PreTrainedConfig):
             self.intermediate_size = 4 * self.hidden_size
         check_positive(self, "intermediate_size")
         super().__post_init__(**kwargs)
+        check_common_values(self)
         fill_auto_map(self)
 
 

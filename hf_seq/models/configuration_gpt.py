@@ -4,10 +4,11 @@ from transformers import PreTrainedConfig
 
 from .config_utils import (
     check_choice,
+    check_common_values,
     check_positive,
     check_probability,
     fill_auto_map,
-    reject_misspelled_options,
+    resolve_options,
 )
 from .layers import ACTIVATIONS, NORM_TYPES
 
@@ -25,10 +26,29 @@ class GPTConfig(PreTrainedConfig):
       last block) or `post` (the 2017 original: LN(x + f(x)), no final LN).
     - `hidden_act`: `gelu`, `gelu_new` (tanh approximation, GPT-2), `relu` (2017), `swiglu` (Shazeer 2020).
     - `intermediate_size` defaults to 4 * hidden_size.
+    - Dropout: `embedding_dropout` on the embedding sum, `attention_dropout` on the attention weights,
+      `hidden_dropout` on each sub-layer's output; `dropout=p` sets all three (nanoGPT's single `dropout`).
+
+    GPT-2's names (`n_embd`, `n_layer`, `n_head`, `n_positions`, `n_inner`, `layer_norm_epsilon`,
+    `activation_function`, `embd_pdrop`, `attn_pdrop`, `resid_pdrop`) and `num_heads` are accepted as aliases.
+    The model is causal by definition: `is_causal=False` is refused (BERTConfig is the bidirectional encoder).
     """
 
     model_type = "hf_seq_gpt"
-    attribute_map = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"}
+    attribute_map = {
+        "n_embd": "hidden_size",
+        "n_layer": "num_hidden_layers",
+        "n_head": "num_attention_heads",
+        "num_heads": "num_attention_heads",
+        "n_positions": "max_position_embeddings",
+        "n_inner": "intermediate_size",
+        "layer_norm_epsilon": "layer_norm_eps",
+        "activation_function": "hidden_act",
+        "embd_pdrop": "embedding_dropout",
+        "attn_pdrop": "attention_dropout",
+        "resid_pdrop": "hidden_dropout",
+    }
+    option_groups = {"dropout": ("embedding_dropout", "attention_dropout", "hidden_dropout")}
 
     vocab_size: int = 50257
     hidden_size: int = 768
@@ -57,7 +77,7 @@ class GPTConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = 50256
 
     def __post_init__(self, **kwargs):
-        reject_misspelled_options(self, kwargs)
+        resolve_options(self, kwargs)
         check_positive(
             self,
             "vocab_size",
@@ -71,6 +91,11 @@ class GPTConfig(PreTrainedConfig):
         check_choice(self, "norm_position", NORM_POSITIONS)
         check_choice(self, "hidden_act", ACTIVATIONS)
         check_probability(self, "embedding_dropout", "attention_dropout", "hidden_dropout", "classifier_dropout")
+        if not self.is_causal:
+            raise ValueError(
+                "GPTConfig: is_causal=False is not supported: GPT is a causal language model, each position attends "
+                "to itself and earlier positions only. For a bidirectional encoder use BERTConfig."
+            )
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"GPTConfig: hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -82,6 +107,7 @@ class GPTConfig(PreTrainedConfig):
             self.intermediate_size = 4 * self.hidden_size
         check_positive(self, "intermediate_size")
         super().__post_init__(**kwargs)
+        check_common_values(self)
         fill_auto_map(self)
 
 

@@ -2,7 +2,14 @@
 
 from transformers import PreTrainedConfig
 
-from .config_utils import check_choice, check_positive, check_probability, fill_auto_map, reject_misspelled_options
+from .config_utils import (
+    check_choice,
+    check_common_values,
+    check_positive,
+    check_probability,
+    fill_auto_map,
+    resolve_options,
+)
 from .recurrent import CELL_TYPES, NONLINEARITIES
 
 CLASSIFIER_POOLINGS = ("last", "mean", "max")
@@ -20,7 +27,9 @@ class RNNConfig(PreTrainedConfig):
       and output embeddings can still be tied.
     - Dropout (Zaremba et al. 2014 put it on the non-recurrent connections only): `embedding_dropout` on the
       embeddings, `hidden_dropout` between recurrent layers, `output_dropout` on the top layer's states before a
-      head (`classifier_dropout`, if set, replaces it for the classification heads).
+      head (`classifier_dropout`, if set, replaces it for the classification heads). `dropout=p` sets the first
+      three (Zaremba et al.'s single p).
+    - Aliases: `cell` and `rnn_type` for `cell_type`, `num_layers` for `num_hidden_layers`.
     - `bidirectional`: each layer also reads the sequence backwards (Schuster and Paliwal 1997); for the
       classification heads only, since a language model must not see the tokens it predicts.
     - `classifier_pooling`: how the sequence classifier summarises a sequence: `last` (the last layer's final state
@@ -31,7 +40,8 @@ class RNNConfig(PreTrainedConfig):
     """
 
     model_type = "hf_seq_rnn"
-    attribute_map = {"num_layers": "num_hidden_layers"}
+    attribute_map = {"num_layers": "num_hidden_layers", "cell": "cell_type", "rnn_type": "cell_type"}
+    option_groups = {"dropout": ("embedding_dropout", "hidden_dropout", "output_dropout")}
 
     vocab_size: int = 10000
     hidden_size: int = 650
@@ -53,7 +63,7 @@ class RNNConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = 2
 
     def __post_init__(self, **kwargs):
-        reject_misspelled_options(self, kwargs)
+        resolve_options(self, kwargs)
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
         check_positive(self, "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers")
@@ -67,6 +77,7 @@ class RNNConfig(PreTrainedConfig):
                 "cell has fixed nonlinearities (the gated cell's candidate is a ReLU). Leave nonlinearity='tanh'."
             )
         super().__post_init__(**kwargs)
+        check_common_values(self)
         fill_auto_map(self)
 
 

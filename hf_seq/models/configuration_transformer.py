@@ -4,10 +4,11 @@ from transformers import PreTrainedConfig
 
 from .config_utils import (
     check_choice,
+    check_common_values,
     check_positive,
     check_probability,
     fill_auto_map,
-    reject_misspelled_options,
+    resolve_options,
 )
 from .layers import ACTIVATIONS, NORM_TYPES
 
@@ -36,8 +37,9 @@ class TransformerConfig(PreTrainedConfig):
     - `decoder_start_token_id`: the first decoder input; None means `bos_token_id`.
 
     Encoder and decoder share `hidden_size`, `num_attention_heads` and `intermediate_size`, as in the paper; their
-    depths are `encoder_layers` and `decoder_layers`. BART/Marian names (`d_model`, `encoder_ffn_dim`, ...) are
-    accepted as aliases.
+    depths are `encoder_layers` and `decoder_layers`, and `num_hidden_layers=N` sets both. BART/Marian names
+    (`d_model`, `encoder_ffn_dim`, `activation_function`, ...), `num_heads` and `layer_norm_epsilon` are accepted
+    as aliases.
     """
 
     model_type = "hf_seq_transformer"
@@ -49,7 +51,11 @@ class TransformerConfig(PreTrainedConfig):
         "decoder_attention_heads": "num_attention_heads",
         "encoder_ffn_dim": "intermediate_size",
         "decoder_ffn_dim": "intermediate_size",
+        "num_heads": "num_attention_heads",
+        "layer_norm_epsilon": "layer_norm_eps",
+        "activation_function": "hidden_act",
     }
+    option_groups = {"num_hidden_layers": ("encoder_layers", "decoder_layers")}
 
     vocab_size: int = 37000  # the paper's shared English-German BPE vocabulary
     hidden_size: int = 512
@@ -81,7 +87,7 @@ class TransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
-        reject_misspelled_options(self, kwargs)
+        resolve_options(self, kwargs)
         check_positive(
             self,
             "vocab_size",
@@ -105,7 +111,14 @@ class TransformerConfig(PreTrainedConfig):
         if not self.is_encoder_decoder:
             raise ValueError("TransformerConfig: is_encoder_decoder must be True (this family is an encoder-decoder).")
         super().__post_init__(**kwargs)
+        check_common_values(self)
         fill_auto_map(self)
+
+    def __setattr__(self, key, value):
+        # Reading num_hidden_layers gives the encoder's depth (attribute_map); setting it sets both stacks, as BART.
+        if key == "num_hidden_layers":
+            super().__setattr__("decoder_layers", value)
+        super().__setattr__(key, value)
 
 
 __all__ = ["TransformerConfig"]

@@ -2,7 +2,7 @@
 
 from transformers import PreTrainedConfig
 
-from .config_utils import check_positive, check_probability, fill_auto_map, reject_misspelled_options
+from .config_utils import check_common_values, check_positive, check_probability, fill_auto_map, resolve_options
 
 
 class WindowConfig(PreTrainedConfig):
@@ -40,10 +40,11 @@ class WindowConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = 2
 
     def __post_init__(self, **kwargs):
-        reject_misspelled_options(self, kwargs)
+        resolve_options(self, kwargs)
         check_positive(self, "vocab_size", "context_size", "embedding_size", "hidden_size", "num_hidden_layers")
         check_probability(self, "embedding_dropout", "hidden_dropout")
         super().__post_init__(**kwargs)
+        check_common_values(self)
         fill_auto_map(self)
 
 
