@@ -21,10 +21,22 @@ cuDNN does; the paper's (Cho et al.'s) applies it before: a small, standard vari
 Stacked layers (`num_hidden_layers` > 1, not in the paper): the encoder's annotations are the top layer's, W_s
 initialises every decoder layer, and the score and the deep output read the top decoder layer.
 
+The classic encoder-decoder (Sutskever et al. 2014; Cho et al. 2014) changes single equations (config flags):
+    encoder_bidirectional=False   h_j = ->h_j                                      (annotations of size n)
+    reverse_source=True           the encoder reads x_S .. x_1; h_j stays indexed by source position j
+    bridge="final_state"          s_0^l = h^l_final (and c_0^l = c^l_final): each encoder layer's last state
+    bridge="linear"               s_0^l = W_b^l h^l_final + b^l  (c_0^l = W_c^l c^l_final + b_c^l)
+    bridge="zeros"                s_0 = 0
+    decoder_input="embedding"     s_i = f(s_{i-1}, E_y y_{i-1})
+    output_layer="linear"         p(y_i | y_<i, x) = softmax(W_o s_i + b_o)
+Without attention nothing the decoder reads depends on its own previous state, so its layers run over the whole
+target in one fused call (cuDNN / oneDNN) instead of one step per token.
+
 Generation carries a `BahdanauState` (the decoder states s_{i-1} of every layer and the projected annotations
 U_a h_j) from step to step, so each new token costs one decoder step; beam search reorders it.
-Shapes: B batch, S source length, T target length, n encoder units per direction, d decoder units, m embedding
-size, a alignment units, l deep-output units, V vocabulary.
+Shapes: B batch, S source length, T target length, n encoder units per direction, D encoder directions (2 or 1),
+A = D * n annotation size, L layers, d decoder units, m embedding size, a alignment units, l deep-output units,
+V (target) vocabulary.
 """
 
 from dataclasses import dataclass
@@ -32,34 +44,61 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
-from transformers.models.bart.modeling_bart import shift_tokens_right
 from transformers.utils import can_return_tuple
 
 from .configuration_bahdanau import BahdanauConfig
 from .recurrent import RecurrentStack
+from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin
 from .state import RecurrentState
-from .utils import check_attention_mask, last_token_indices
+from .utils import (
+    CheckedGenerationMixin,
+    CheckedPreTrainedModel,
+    check_attention_mask,
+    check_input_ids,
+    last_token_indices,
+)
 
 
 @dataclass(eq=False)
 class BahdanauState(RecurrentState):
     """The decoder's state between calls: `hidden` (and `cell` for an LSTM), (L, B, d), are s_{i-1} of every layer;
     `keys` (B, S, a) are the annotations as the score reads them (U_a h_j for `additive`, W_a h_j for `general`,
-    h_j for `dot`, None for `none`), computed once per source sentence."""
+    h_j for `dot`, None for `none`), and `context` (B, A) the fixed context of `attention_type='none'`, both
+    computed once per source sentence."""
 
     keys: torch.Tensor | None = None
+    context: torch.Tensor | None = None
 
-    batch_dims: ClassVar[dict[str, int]] = {"hidden": 1, "cell": 1, "keys": 0}
+    batch_dims: ClassVar[dict[str, int]] = {"hidden": 1, "cell": 1, "keys": 0, "context": 0}
+
+
+@dataclass
+class BahdanauEncoderOutput(BaseModelOutput):
+    """`last_hidden_state` (B, S, A): the annotations h_j, in source order. `final_hidden_state` (B, L * D, n) and,
+    for an LSTM, `final_cell_state`: each layer's and direction's last state (index layer * D + direction), batch
+    first so that generate() copies them per beam with the annotations."""
+
+    final_hidden_state: torch.FloatTensor | None = None
+    final_cell_state: torch.FloatTensor | None = None
+
+    @classmethod
+    def from_tuple(cls, values: tuple) -> "BahdanauEncoderOutput":
+        """Read what the encoder returns with return_dict=False: the annotations, then the hidden states (a tuple)
+        if they were asked for, then the final hidden and cell states (tensors). Only the annotations are required
+        (the default bridge reads nothing else)."""
+        annotations, *rest = values
+        hidden_states = next((v for v in rest if isinstance(v, tuple)), None)
+        finals = [v for v in rest if torch.is_tensor(v)] + [None, None]
+        return cls(annotations, hidden_states, None, finals[0], finals[1])
 
 
 @dataclass
 class BahdanauModelOutput(Seq2SeqModelOutput):
-    """`last_hidden_state` is the deep output t_i (B, T, l); `alignments` (B, T, S) the weights alpha_ij, also given
-    as `cross_attentions` = (alignments[:, None],) in transformers' (B, heads, T, S) layout."""
+    """`last_hidden_state` is what the output layer reads: the deep output t_i (B, T, l), or s_i (B, T, d) with
+    `output_layer='linear'`; `alignments` (B, T, S) the weights alpha_ij, also given as `cross_attentions` =
+    (alignments[:, None],) in transformers' (B, heads, T, S) layout."""
 
     alignments: torch.FloatTensor | None = None
 
@@ -81,6 +120,17 @@ def _first_and_last_real(attention_mask: torch.Tensor | None, batch_size: int, l
     return attention_mask.long().argmax(-1), last
 
 
+def reverse_real_tokens(x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(B, S, ...) with each row's span of real tokens reversed in place, padding (on either side) left where it is.
+    Its own inverse."""
+    batch_size, length = x.shape[:2]
+    first, last = _first_and_last_real(attention_mask, batch_size, length, x.device)
+    positions = torch.arange(length, device=x.device)[None]
+    first, last = first[:, None], last[:, None]
+    index = torch.where((positions >= first) & (positions <= last), first + last - positions, positions)  # (B, S)
+    return x.gather(1, index.view(batch_size, length, *[1] * (x.dim() - 2)).expand_as(x))
+
+
 class BahdanauAttention(nn.Module):
     """The score e_ij of decoder state s_{i-1} (the query) and annotation h_j, its softmax over the real source
     positions, and the context c_i = sum_j alpha_ij h_j. Scores (no biases, as in the paper's equations):
@@ -94,7 +144,7 @@ class BahdanauAttention(nn.Module):
     def __init__(self, config: BahdanauConfig):
         super().__init__()
         self.attention_type = config.attention_type
-        annotation_size, d, a = 2 * config.hidden_size, config.decoder_hidden_size, config.attention_size
+        annotation_size, d, a = config.annotation_size, config.decoder_hidden_size, config.attention_size
         if self.attention_type == "additive":
             self.query_weight = nn.Parameter(torch.empty(a, d))  # W_a
             self.key_weight = nn.Parameter(torch.empty(a, annotation_size))  # U_a
@@ -103,14 +153,14 @@ class BahdanauAttention(nn.Module):
             self.key_weight = nn.Parameter(torch.empty(d, annotation_size))  # W_a
 
     def project_keys(self, annotations: torch.Tensor) -> torch.Tensor:
-        """(B, S, 2n) -> (B, S, a): U_a h_j (additive), W_a h_j (general), h_j itself (dot)."""
+        """(B, S, A) -> (B, S, a): U_a h_j (additive), W_a h_j (general), h_j itself (dot)."""
         if self.attention_type == "dot":
             return annotations
         return nn.functional.linear(annotations, self.key_weight)
 
     def forward(self, query, keys, annotations, source_mask):
-        """query s_{i-1} (B, d), keys (B, S, a), annotations h (B, S, 2n), source_mask (B, S) bool or None.
-        Returns the context c_i (B, 2n) and the weights alpha_i (B, S), exactly 0 on padding."""
+        """query s_{i-1} (B, d), keys (B, S, a), annotations h (B, S, A), source_mask (B, S) bool or None.
+        Returns the context c_i (B, A) and the weights alpha_i (B, S), exactly 0 on padding."""
         if self.attention_type == "additive":
             hidden = torch.tanh(nn.functional.linear(query, self.query_weight)[:, None] + keys)  # (B, S, a)
             scores = nn.functional.linear(hidden, self.energy_weight).squeeze(-1)  # (B, S)
@@ -119,18 +169,19 @@ class BahdanauAttention(nn.Module):
         if source_mask is not None:
             scores = scores.masked_fill(~source_mask, float("-inf"))
         weights = scores.float().softmax(-1).to(annotations.dtype)
-        context = torch.bmm(weights[:, None], annotations).squeeze(1)  # (B, 2n)
+        context = torch.bmm(weights[:, None], annotations).squeeze(1)  # (B, A)
         return context, weights
 
 
 class BahdanauEncoder(nn.Module):
-    """Source embeddings and a bidirectional recurrent stack; returns the annotations h_j = [->h_j; <-h_j]
-    (B, S, 2n) of the top layer, zero on padding (padding may be on either side)."""
+    """Source embeddings and a recurrent stack, bidirectional or not, reading the source forwards or (with
+    `reverse_source`) backwards; returns the annotations of the top layer in source order, zero on padding (padding
+    may be on either side), and every layer's final states."""
 
     def __init__(self, config: BahdanauConfig):
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.embed_tokens = nn.Embedding(config.source_vocab_size or config.vocab_size, config.embedding_size)
         self.embedding_dropout = nn.Dropout(config.embedding_dropout)
         self.rnn = RecurrentStack(
             config.cell_type,
@@ -138,7 +189,7 @@ class BahdanauEncoder(nn.Module):
             config.hidden_size,
             config.num_hidden_layers,
             dropout=config.hidden_dropout,
-            bidirectional=True,
+            bidirectional=config.encoder_bidirectional,
         )
 
     @can_return_tuple
@@ -149,126 +200,225 @@ class BahdanauEncoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutput:
+    ) -> BahdanauEncoderOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("BahdanauEncoder: pass exactly one of input_ids or inputs_embeds.")
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         check_attention_mask(attention_mask, *inputs_embeds.shape[:2])
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        x = self.embedding_dropout(inputs_embeds)
-        out = self.rnn(x, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
-        return BaseModelOutput(
-            last_hidden_state=out.output,  # (B, S, 2n)
-            hidden_states=(x, *out.layer_outputs) if output_hidden_states else None,
+        x = self.embedding_dropout(inputs_embeds)  # (B, S, m)
+        # Sutskever et al.: read x_S .. x_1; the outputs are put back in source order below.
+        in_source_order = (lambda y: reverse_real_tokens(y, attention_mask)) if self.config.reverse_source else None
+        read = in_source_order(x) if in_source_order else x
+        out = self.rnn(read, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+        annotations, layers = out.output, out.layer_outputs  # (B, S, A)
+        if in_source_order:
+            annotations = in_source_order(annotations)
+            layers = tuple(in_source_order(y) for y in layers) if layers is not None else None
+        return BahdanauEncoderOutput(
+            last_hidden_state=annotations,
+            hidden_states=(x, *layers) if output_hidden_states else None,
+            final_hidden_state=out.hidden.transpose(0, 1),  # (B, L * D, n)
+            final_cell_state=out.cell.transpose(0, 1) if out.cell is not None else None,
         )
 
 
 class BahdanauDecoder(nn.Module):
-    """The attentive decoder: one recurrent step per target token (the context c_i depends on s_{i-1}, so the steps
-    cannot run as one fused sequence), and the deep output t_i. See the module docstring for the equations."""
+    """The recurrent decoder, its first state (the bridge) and the output features. With attention, one recurrent
+    step per target token (the context c_i depends on s_{i-1}); without, one fused call over the target. See the
+    module docstring for the equations."""
 
     def __init__(self, config: BahdanauConfig):
         super().__init__()
         self.config = config
-        n, d, m = config.hidden_size, config.decoder_hidden_size, config.embedding_size
-        deep = config.deep_output_size  # l
+        n, d, m, layers = (
+            config.hidden_size,
+            config.decoder_hidden_size,
+            config.embedding_size,
+            config.num_hidden_layers,
+        )
+        A = config.annotation_size
         self.embed_tokens = nn.Embedding(config.vocab_size, m)
         self.embedding_dropout = nn.Dropout(config.embedding_dropout)
-        self.init_proj = nn.Linear(n, config.num_hidden_layers * d)  # W_s
+        if config.bridge == "bahdanau":
+            self.init_proj = nn.Linear(n, layers * d)  # W_s
+        elif config.bridge == "linear":
+            self.bridge_hidden = nn.ModuleList(nn.Linear(A, d) for _ in range(layers))  # W_b^l
+            if config.cell_type == "lstm":
+                self.bridge_cell = nn.ModuleList(nn.Linear(A, d) for _ in range(layers))  # W_c^l
         self.attention = BahdanauAttention(config) if config.attention_type != "none" else None
+        self.reads_context = config.decoder_input == "embedding_and_context"
         self.rnn = RecurrentStack(
-            config.cell_type, m + 2 * n, d, config.num_hidden_layers, dropout=config.hidden_dropout
+            config.cell_type, m + (A if self.reads_context else 0), d, layers, dropout=config.hidden_dropout
         )
-        self.deep_output = nn.Linear(d + m + 2 * n, 2 * deep if config.maxout else deep)  # [U_o, V_o, C_o]
+        if config.output_layer == "deep":
+            deep = config.deep_output_size  # l
+            self.deep_output = nn.Linear(d + m + A, 2 * deep if config.maxout else deep)  # [U_o, V_o, C_o]
         self.output_dropout = nn.Dropout(config.output_dropout)
 
-    def initial_state(self, annotations: torch.Tensor, source_mask: torch.Tensor | None) -> BahdanauState:
-        """s_0 = tanh(W_s <-h_1) for every layer (an LSTM's cells start at 0), and the keys of the score."""
-        batch_size, length = annotations.shape[:2]
-        n, layers = self.config.hidden_size, self.config.num_hidden_layers
-        first, _ = _first_and_last_real(source_mask, batch_size, length, annotations.device)
-        backward_first = annotations[torch.arange(batch_size, device=annotations.device), first, n:]  # <-h_1 (B, n)
-        hidden = torch.tanh(self.init_proj(backward_first)).view(batch_size, layers, -1).transpose(0, 1)  # (L, B, d)
-        hidden = hidden.contiguous()
-        cell = torch.zeros_like(hidden) if self.config.cell_type == "lstm" else None
-        keys = self.attention.project_keys(annotations) if self.attention is not None else None
-        return BahdanauState(hidden, cell, 0, keys)
-
-    def fixed_context(self, annotations: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
-        """`attention_type='none'`: c = [->h_S; <-h_1], the final state of each direction (B, 2n)."""
+    def final_context(self, annotations: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
+        """The top encoder layer's final state of each direction, read from the annotations (B, A): [->h_S; <-h_1]
+        for a bidirectional encoder, h_S for a unidirectional one (S and 1 in reading order: swapped when the source
+        is read reversed)."""
         batch_size, length = annotations.shape[:2]
         n = self.config.hidden_size
         first, last = _first_and_last_real(source_mask, batch_size, length, annotations.device)
+        if self.config.reverse_source:
+            first, last = last, first
         rows = torch.arange(batch_size, device=annotations.device)
+        if not self.config.encoder_bidirectional:
+            return annotations[rows, last]
         return torch.cat([annotations[rows, last, :n], annotations[rows, first, n:]], -1)
 
-    def deep_output_features(self, state_i, embedded_prev, context):
-        """t_i from s_i (B, d), E y_{i-1} (B, m) and c_i (B, 2n): (B, l)."""
-        t = self.deep_output(torch.cat([state_i, embedded_prev, context], -1))
+    fixed_context = final_context  # `attention_type='none'`: c_i = c for every i
+
+    def _per_layer(self, final: torch.Tensor | None, name: str) -> torch.Tensor:
+        """(B, L * D, n) final encoder states -> (L, B, A), each layer's directions concatenated."""
+        if final is None:
+            raise ValueError(
+                f"BahdanauDecoder: bridge={self.config.bridge!r} reads every encoder layer's final {name} state; pass "
+                "encoder_outputs as the encoder returns them (a BahdanauEncoderOutput or its full tuple), not only "
+                "the annotations."
+            )
+        return final.reshape(final.shape[0], self.config.num_hidden_layers, -1).transpose(0, 1)
+
+    def initial_state(self, encoder_outputs: BahdanauEncoderOutput, source_mask: torch.Tensor | None) -> BahdanauState:
+        """s_0 (and c_0) of every layer from the bridge, and what the decoder reads from the source at every step:
+        the keys of the score, or the fixed context."""
+        config, annotations = self.config, encoder_outputs.last_hidden_state
+        batch_size, layers, d = annotations.shape[0], config.num_hidden_layers, config.decoder_hidden_size
+        zeros = annotations.new_zeros(layers, batch_size, d)
+        cell = zeros if config.cell_type == "lstm" else None
+        if config.bridge == "bahdanau":  # tanh(W_s <-h_1), or tanh(W_s h_S) when unidirectional
+            summary = self.final_context(annotations, source_mask)[:, -config.hidden_size :]
+            hidden = torch.tanh(self.init_proj(summary)).view(batch_size, layers, d).transpose(0, 1).contiguous()
+        elif config.bridge == "zeros":
+            hidden = zeros
+        else:
+            hidden = self._per_layer(encoder_outputs.final_hidden_state, "hidden")
+            if cell is not None:
+                cell = self._per_layer(encoder_outputs.final_cell_state, "cell")
+            if config.bridge == "linear":
+                hidden = torch.stack([proj(h) for proj, h in zip(self.bridge_hidden, hidden)])
+                if cell is not None:
+                    cell = torch.stack([proj(c) for proj, c in zip(self.bridge_cell, cell)])
+            hidden = hidden.contiguous()
+            cell = cell.contiguous() if cell is not None else None
+        keys = context = None
+        if self.attention is not None:
+            keys = self.attention.project_keys(annotations)
+        else:
+            context = self.fixed_context(annotations, source_mask)
+        return BahdanauState(hidden, cell, 0, keys, context)
+
+    def output_features(self, states: torch.Tensor, embedded_prev: torch.Tensor, contexts: torch.Tensor | None):
+        """What W_o reads, from s_i (B, T, d), E y_{i-1} (B, T, m) and c_i (B, T, A): the deep output t_i (B, T, l),
+        or s_i itself with `output_layer='linear'`."""
+        if self.config.output_layer == "linear":
+            return self.output_dropout(states)
+        t = self.deep_output(torch.cat([states, embedded_prev, contexts], -1))
         t = t.view(*t.shape[:-1], -1, 2).amax(-1) if self.config.maxout else torch.tanh(t)  # maxout over pairs
         return self.output_dropout(t)
 
     def forward(
         self,
         input_ids: torch.LongTensor | None,
-        annotations: torch.Tensor,
+        encoder_outputs: BahdanauEncoderOutput,
         source_mask: torch.Tensor | None = None,
         state: BahdanauState | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
-        output_layer: nn.Module | None = None,
+        sampling_head: nn.Module | None = None,
     ):
-        """input_ids (B, T): y_{i-1} for the T steps; annotations (B, S, 2n); source_mask (B, S), 1 on real tokens;
-        state: what the previous call returned (None: start from s_0). `output_layer` (W_o, given by the LM head)
-        enables scheduled sampling in training. Returns t (B, T, l), the new state, alignments (B, T, S) or None and
-        the hidden states (embeddings and each layer's s_i) or None."""
+        """input_ids (B, T): y_{i-1} for the T steps; encoder_outputs: the annotations (B, S, A) and final states;
+        source_mask (B, S), 1 on real tokens; state: what the previous call returned (None: start from the bridge).
+        `sampling_head` (W_o, given by the LM head) enables scheduled sampling in training. Returns the output
+        features (B, T, l or d), the new state, alignments (B, T, S) or None and the hidden states (the embeddings
+        and each layer's s_i) or None."""
         if state is None:
-            state = self.initial_state(annotations, source_mask)
-        mask = source_mask.bool() if source_mask is not None else None
+            state = self.initial_state(encoder_outputs, source_mask)
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings, "decoder_input_ids")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         embedded = self.embedding_dropout(inputs_embeds)  # (B, T, m)
-        fixed = self.fixed_context(annotations, source_mask) if self.attention is None else None
         p = self.config.scheduled_sampling
-        sampling = self.training and p > 0 and output_layer is not None
+        sampling = self.training and p > 0 and sampling_head is not None
+        if self.attention is None and not sampling:
+            return self._forward_fused(embedded, state, output_hidden_states)
+        return self._forward_steps(
+            embedded,
+            encoder_outputs.last_hidden_state,
+            source_mask,
+            state,
+            output_attentions,
+            output_hidden_states,
+            sampling_head if sampling else None,
+        )
 
+    def _forward_fused(self, embedded, state: BahdanauState, output_hidden_states: bool):
+        """No attention: the inputs [E y_{i-1}; c] are known for every step up front, so the whole target runs as
+        one sequence through each layer. The returned hidden states are the tensors the next layer and the output
+        read."""
+        steps = embedded.shape[1]
+        contexts = state.context[:, None].expand(-1, steps, -1)  # (B, T, A)
+        inputs = torch.cat([embedded, contexts], -1) if self.reads_context else embedded
+        out = self.rnn(inputs, (state.hidden, state.cell), None, output_hidden_states)
+        features = self.output_features(out.output, embedded, contexts)
+        new_state = BahdanauState(out.hidden, out.cell, state.seen_tokens + steps, None, state.context)
+        hidden_states = (embedded, *out.layer_outputs) if output_hidden_states else None
+        return features, new_state, None, hidden_states
+
+    def _forward_steps(
+        self, embedded, annotations, source_mask, state, output_attentions, output_hidden_states, sampling_head
+    ):
+        """One recurrent step per token: c_i reads s_{i-1}. The output features are computed once after the loop,
+        from the stacked s_i, E y_{i-1} and c_i, so the returned embeddings and top-layer states are the tensors the
+        output reads (a lower layer's states are copies: the recurrence consumed them step by step)."""
+        mask = source_mask.bool() if source_mask is not None else None
         hidden, cell = state.hidden, state.cell
-        features, weights, layer_states, embeddings = [], [], [], []
+        inputs, tops, contexts, weights, layer_states = [], [], [], [], []
         for i in range(embedded.shape[1]):
             y_prev = embedded[:, i]  # E y_{i-1} (B, m)
-            if sampling and i > 0:
+            if sampling_head is not None and i > 0:
                 # Bengio et al. 2015: with probability p, read a token sampled from the model's own previous
                 # output distribution instead of the true one (no gradient through the sample).
                 with torch.no_grad():
-                    sampled = torch.multinomial(output_layer(features[-1]).float().softmax(-1), 1).squeeze(-1)
-                replace = torch.rand(sampled.shape, device=sampled.device) < p
+                    features = self.output_features(tops[-1][:, None], inputs[-1][:, None], contexts[-1][:, None])
+                    sampled = torch.multinomial(sampling_head(features[:, 0]).float().softmax(-1), 1).squeeze(-1)
+                replace = torch.rand(sampled.shape, device=sampled.device) < self.config.scheduled_sampling
                 y_prev = torch.where(replace[:, None], self.embedding_dropout(self.embed_tokens(sampled)), y_prev)
             if self.attention is None:
-                context = fixed
+                context = state.context
             else:
                 context, alpha = self.attention(hidden[-1], state.keys, annotations, mask)  # reads s_{i-1}
                 weights.append(alpha)
-            step = self.rnn(torch.cat([y_prev, context], -1)[:, None], (hidden, cell), None, output_hidden_states)
+            x = torch.cat([y_prev, context], -1) if self.reads_context else y_prev
+            step = self.rnn(x[:, None], (hidden, cell), None, output_hidden_states)
             hidden, cell = step.hidden, step.cell  # s_i of every layer
-            features.append(self.deep_output_features(step.output[:, 0], y_prev, context))
-            embeddings.append(y_prev)
+            inputs.append(y_prev)
+            tops.append(step.output[:, 0])
+            contexts.append(context)
             if output_hidden_states:
-                layer_states.append(step.layer_outputs)
+                layer_states.append(step.layer_outputs[:-1])
 
-        new_state = BahdanauState(hidden, cell, state.seen_tokens + embedded.shape[1], state.keys)
+        read = embedded if sampling_head is None else torch.stack(inputs, 1)  # (B, T, m)
+        top = torch.stack(tops, 1)  # (B, T, d)
+        features = self.output_features(top, read, torch.stack(contexts, 1))
+        new_state = BahdanauState(hidden, cell, state.seen_tokens + embedded.shape[1], state.keys, state.context)
         alignments = torch.stack(weights, 1) if output_attentions and weights else None  # (B, T, S)
         hidden_states = None
         if output_hidden_states:
-            per_layer = [torch.cat(steps, 1) for steps in zip(*layer_states)]  # each (B, T, d)
-            hidden_states = (torch.stack(embeddings, 1), *per_layer)
-        return torch.stack(features, 1), new_state, alignments, hidden_states
+            lower = [torch.cat(steps, 1) for steps in zip(*layer_states)]  # each (B, T, d)
+            hidden_states = (read, *lower, top)
+        return features, new_state, alignments, hidden_states
 
 
-class BahdanauPreTrainedModel(PreTrainedModel):
+class BahdanauPreTrainedModel(Seq2SeqPreTrainedMixin, CheckedPreTrainedModel):
     config_class = BahdanauConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
@@ -279,15 +429,6 @@ class BahdanauPreTrainedModel(PreTrainedModel):
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the decoder creates its own BahdanauState; generate must not build a key/value cache
-
-    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
-        """Source and target share one vocabulary: untied target embeddings are resized with the source ones."""
-        decoder = self.get_decoder()
-        if not self.config.tie_word_embeddings:
-            decoder.embed_tokens = self._get_resized_embeddings(
-                decoder.embed_tokens, new_num_tokens, pad_to_multiple_of, mean_resizing
-            )
-        return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -316,30 +457,18 @@ class BahdanauPreTrainedModel(PreTrainedModel):
 
 
 class BahdanauModel(BahdanauPreTrainedModel):
-    """Encoder and decoder; returns the deep output t_i (B, T, l), the decoder state, the alignments and the
-    annotations."""
+    """Encoder and decoder; returns the output features (the deep output t_i, or s_i), the decoder state, the
+    alignments and the annotations."""
 
     _tied_weights_keys = {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
 
     def __init__(self, config: BahdanauConfig):
         super().__init__(config)
+        if config.source_vocab_size is not None:
+            self._tied_weights_keys = {}  # two vocabularies: the source embeddings are nobody's copy
         self.encoder = BahdanauEncoder(config)
         self.decoder = BahdanauDecoder(config)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.encoder.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.encoder.embed_tokens = value
-        if self.config.tie_word_embeddings:
-            self.decoder.embed_tokens = value
-
-    def get_encoder(self, modality: str | None = None):
-        return self.encoder
-
-    def get_decoder(self):
-        return self.decoder
 
     @can_return_tuple
     def forward(
@@ -348,14 +477,14 @@ class BahdanauModel(BahdanauPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
+        encoder_outputs: BahdanauEncoderOutput | tuple | None = None,
         past_key_values: BahdanauState | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        output_layer: nn.Module | None = None,
+        sampling_head: nn.Module | None = None,
         **kwargs,
     ) -> BahdanauModelOutput:
         """`attention_mask` (B, S) masks source padding (either side). `encoder_outputs`, if given (generate encodes
@@ -379,20 +508,20 @@ class BahdanauModel(BahdanauPreTrainedModel):
                 output_hidden_states=output_hidden_states,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, from return_dict=False
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        annotations = encoder_outputs.last_hidden_state  # (B, S, 2n)
+            encoder_outputs = BahdanauEncoderOutput.from_tuple(encoder_outputs)
+        annotations = encoder_outputs.last_hidden_state  # (B, S, A)
         check_attention_mask(attention_mask, *annotations.shape[:2])
         if (decoder_input_ids is None) == (decoder_inputs_embeds is None):
             raise ValueError("BahdanauModel: pass exactly one of decoder_input_ids or decoder_inputs_embeds.")
         features, state, alignments, decoder_hidden_states = self.decoder(
             decoder_input_ids,
-            annotations,
+            encoder_outputs,
             attention_mask,
             past_key_values,
             inputs_embeds=decoder_inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            output_layer=output_layer,
+            sampling_head=sampling_head,
         )
         return BahdanauModelOutput(
             last_hidden_state=features,
@@ -405,9 +534,10 @@ class BahdanauModel(BahdanauPreTrainedModel):
         )
 
 
-class BahdanauForConditionalGeneration(BahdanauPreTrainedModel, GenerationMixin):
-    """RNNsearch: p(y_i | y_<i, x) = softmax(W_o t_i), trained with cross-entropy (optionally with scheduled
-    sampling), decoded with `generate()` (greedy, sampling, beam search)."""
+class BahdanauForConditionalGeneration(Seq2SeqLMMixin, BahdanauPreTrainedModel, CheckedGenerationMixin):
+    """RNNsearch: p(y_i | y_<i, x) = softmax(W_o t_i) (or softmax(W_o s_i) with `output_layer='linear'`), trained
+    with cross-entropy (optionally label-smoothed, optionally with scheduled sampling), decoded with `generate()`
+    (greedy, sampling, beam search)."""
 
     _tied_weights_keys = {
         "lm_head.weight": "model.encoder.embed_tokens.weight",
@@ -416,40 +546,12 @@ class BahdanauForConditionalGeneration(BahdanauPreTrainedModel, GenerationMixin)
 
     def __init__(self, config: BahdanauConfig):
         super().__init__(config)
+        if config.source_vocab_size is not None:  # two vocabularies: W_o can only be the target embeddings
+            self._tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
         self.model = BahdanauModel(config)
-        self.lm_head = nn.Linear(config.deep_output_size, config.vocab_size)  # W_o
+        features = config.deep_output_size if config.output_layer == "deep" else config.decoder_hidden_size
+        self.lm_head = nn.Linear(features, config.vocab_size)  # W_o
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value):
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-    def get_encoder(self, modality: str | None = None):
-        return self.model.encoder
-
-    def get_decoder(self):
-        return self.model.decoder
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.LongTensor:
-        """Teacher forcing: the decoder reads the start token, then the labels but the last (-100 becomes padding),
-        so its output at step i is scored against labels[:, i]. Called by `DataCollatorForSeq2Seq` and by `forward`
-        when only labels are given."""
-        config = self.config
-        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
-        if start is None or config.pad_token_id is None:
-            raise ValueError(
-                "BahdanauForConditionalGeneration: building decoder_input_ids from labels needs "
-                "config.decoder_start_token_id (or bos_token_id) and config.pad_token_id."
-            )
-        return shift_tokens_right(labels, config.pad_token_id, start)
 
     @can_return_tuple
     def forward(
@@ -458,7 +560,7 @@ class BahdanauForConditionalGeneration(BahdanauPreTrainedModel, GenerationMixin)
         attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
+        encoder_outputs: BahdanauEncoderOutput | tuple | None = None,
         past_key_values: BahdanauState | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
@@ -485,18 +587,10 @@ class BahdanauForConditionalGeneration(BahdanauPreTrainedModel, GenerationMixin)
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_layer=self.lm_head,
+            sampling_head=self.lm_head,
             **kwargs,
         )
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(outputs.last_hidden_state[:, keep, :])  # (B, T, V)
-        loss = None
-        if labels is not None:
-            loss = fixed_cross_entropy(
-                logits.float().reshape(-1, logits.shape[-1]),
-                labels.reshape(-1).to(logits.device),
-                num_items_in_batch=num_items_in_batch,
-            )
+        logits, loss = self.logits_and_loss(outputs.last_hidden_state, labels, logits_to_keep, num_items_in_batch)
         return BahdanauLMOutput(
             loss=loss,
             logits=logits,
@@ -509,4 +603,10 @@ class BahdanauForConditionalGeneration(BahdanauPreTrainedModel, GenerationMixin)
         )
 
 
-__all__ = ["BahdanauState", "BahdanauPreTrainedModel", "BahdanauModel", "BahdanauForConditionalGeneration"]
+__all__ = [
+    "BahdanauEncoderOutput",
+    "BahdanauState",
+    "BahdanauPreTrainedModel",
+    "BahdanauModel",
+    "BahdanauForConditionalGeneration",
+]

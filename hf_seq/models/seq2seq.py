@@ -1,0 +1,174 @@
+"""What the two encoder-decoder families (Bahdanau's RNN, Vaswani's Transformer) share, written once: teacher
+forcing (labels shifted right behind the start token), the loss (label smoothing, Trainer's `num_items_in_batch`),
+the accessors transformers and generate() call (`get_encoder`, `get_decoder`, the embeddings), resizing a vocabulary
+held by up to three matrices, reading `encoder_outputs` given as a tuple, and saving the translation pipeline with
+the model so that a folder serves `pipeline("translation", model=folder, trust_remote_code=True)` anywhere.
+
+A family's `*PreTrainedModel` inherits `Seq2SeqPreTrainedMixin`; its base model holds `encoder` and `decoder`, each
+with `embed_tokens`, and its `*ForConditionalGeneration` holds the base model under `base_model_prefix` and the
+output layer as `lm_head`.
+"""
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutput
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.LongTensor:
+    """Teacher forcing: the decoder reads the start token and then the targets but the last, so that its output at
+    position t is scored against labels[:, t]. Ignored labels (-100) become padding."""
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def seq2seq_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float = 0.0,
+    num_items_in_batch: torch.Tensor | int | None = None,
+) -> torch.Tensor:
+    """Cross-entropy of each target token, with labels aligned to the logits (no shift: the decoder inputs are the
+    shifted ones) and -100 ignored. With `label_smoothing` = eps the target distribution is (1 - eps) on the label
+    plus eps / V everywhere (Szegedy et al. 2016; Vaswani et al. 2017 use eps = 0.1).
+
+    Trainer passes `num_items_in_batch` (the count of scored tokens over all accumulated micro-batches): the loss is
+    then a sum divided by it, so gradient accumulation gives exactly the full-batch gradient."""
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    loss = nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        labels.reshape(-1).to(logits.device),
+        ignore_index=-100,
+        reduction=reduction,
+        label_smoothing=label_smoothing,
+    )
+    if num_items_in_batch is not None:
+        loss = loss / (
+            num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
+        )
+    return loss
+
+
+def as_encoder_output(encoder_outputs, output_class: type[BaseModelOutput] = BaseModelOutput) -> BaseModelOutput:
+    """`encoder_outputs` as the encoder returns them with return_dict=True; a tuple (from return_dict=False) is read
+    in the output class's field order, skipping the fields that are None, as `to_tuple()` wrote it."""
+    if isinstance(encoder_outputs, BaseModelOutput):
+        return encoder_outputs
+    return output_class(*encoder_outputs)
+
+
+class Seq2SeqPreTrainedMixin:
+    """Accessors and vocabulary resizing for an encoder-decoder base model or its head (see the module docstring)."""
+
+    def get_encoder(self, modality: str | None = None):
+        return self.base_model.encoder
+
+    def get_decoder(self):
+        return self.base_model.decoder
+
+    def get_input_embeddings(self):
+        return self.get_encoder().embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.get_encoder().embed_tokens = value
+        if self.config.tie_word_embeddings and self._shares_vocabulary:
+            self.get_decoder().embed_tokens = value
+
+    def get_output_embeddings(self):
+        return getattr(self, "lm_head", None)
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @property
+    def _shares_vocabulary(self) -> bool:
+        return getattr(self.config, "source_vocab_size", None) is None
+
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        """`config.vocab_size` is the target vocabulary (decoder embeddings and output layer). With one vocabulary
+        for both sides transformers resizes the source embeddings and an untied output layer; an untied decoder has
+        a third matrix, resized here. With a separate source vocabulary only the target side is resized."""
+        decoder = self.get_decoder()
+        if not self._shares_vocabulary:
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, new_num_tokens, pad_to_multiple_of, mean_resizing
+            )
+            lm_head = self.get_output_embeddings()
+            if lm_head is not None and not self.config.tie_word_embeddings:
+                self.set_output_embeddings(self._get_resized_lm_head(lm_head, new_num_tokens, mean_resizing))
+            return decoder.embed_tokens
+        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if decoder.embed_tokens.weight.shape != embeddings.weight.shape:
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, new_num_tokens, pad_to_multiple_of, mean_resizing
+            )
+        return embeddings
+
+
+class Seq2SeqLMMixin(Seq2SeqPreTrainedMixin):
+    """Teacher forcing, the loss and saving with the translation pipeline, for a `*ForConditionalGeneration`."""
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.LongTensor:
+        """Called by `DataCollatorForSeq2Seq` and by `forward` when only labels are given."""
+        config = self.config
+        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
+        if start is None or config.pad_token_id is None:
+            raise ValueError(
+                f"{type(self).__name__}: building decoder_input_ids from labels needs config.decoder_start_token_id "
+                "(or bos_token_id) and config.pad_token_id."
+            )
+        return shift_tokens_right(labels, config.pad_token_id, start)
+
+    def logits_and_loss(self, features, labels=None, logits_to_keep: int | torch.Tensor = 0, num_items_in_batch=None):
+        """logits = lm_head(features) over the positions `logits_to_keep` selects (0: all), and the loss of `labels`
+        (aligned with the features, -100 ignored) with the config's label smoothing, or None without labels."""
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(features[:, keep, :])  # (B, T, V)
+        loss = None
+        if labels is not None:
+            smoothing = getattr(self.config, "label_smoothing", 0.0)
+            loss = seq2seq_loss(logits, labels, smoothing, num_items_in_batch)
+        return logits, loss
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also records the text-to-text pipelines in `config.json` (`custom_pipelines`) and copies their module
+        beside the modeling code: transformers 5 has no translation pipeline, and a folder loaded where hf-seq is not
+        installed brings its own (`pipeline("translation", model=folder, trust_remote_code=True)`)."""
+        from .pipeline_translation import custom_pipelines  # a relative import: saving copies the module
+
+        previous = getattr(self.config, "custom_pipelines", None)
+        self.config.custom_pipelines = custom_pipelines()
+        try:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            if previous is None:
+                del self.config.custom_pipelines
+            else:
+                self.config.custom_pipelines = previous
+
+
+def drop_pipelines_registered_here(config_kwargs: dict) -> None:
+    """For a config's `__post_init__`: forget the folder's `custom_pipelines` when this process already serves every
+    one of their tasks (`import hf_seq` registers them), so that `pipeline("translation", model=folder)` uses the
+    registered pipeline without asking for `trust_remote_code`. Where hf-seq is not installed, they are kept."""
+    tasks = config_kwargs.get("custom_pipelines")
+    if not tasks:
+        return
+    import sys
+
+    pipelines = sys.modules.get("transformers.pipelines")
+    if pipelines is None:
+        return
+    supported = pipelines.PIPELINE_REGISTRY.supported_tasks
+    if all(task in supported and task not in pipelines.REMOVED_TASKS for task in tasks):
+        config_kwargs.pop("custom_pipelines")
+
+
+__all__ = [
+    "Seq2SeqLMMixin",
+    "Seq2SeqPreTrainedMixin",
+    "as_encoder_output",
+    "drop_pipelines_registered_here",
+    "seq2seq_loss",
+    "shift_tokens_right",
+]
