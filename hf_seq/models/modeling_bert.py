@@ -12,7 +12,6 @@ from functools import partial
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -27,7 +26,13 @@ from transformers.utils import can_return_tuple
 from .attention import MultiHeadAttention
 from .configuration_bert import BERTConfig
 from .layers import FeedForward, make_norm
-from .utils import check_attention_mask, positions_from_attention_mask, sequence_classification_loss
+from .utils import (
+    CheckedPreTrainedModel,
+    check_attention_mask,
+    check_input_ids,
+    positions_from_attention_mask,
+    sequence_classification_loss,
+)
 
 # The activation of the MLM head's transform; a gated FFN (swiglu) has no single-input form, so its gate's SiLU is used.
 HEAD_ACTIVATIONS = {
@@ -105,9 +110,10 @@ class BERTLMHead(nn.Module):
         return self.decoder(self.norm(self.activation(self.dense(hidden_states))))  # (B, T, V)
 
 
-class BERTPreTrainedModel(PreTrainedModel):
+class BERTPreTrainedModel(CheckedPreTrainedModel):
     config_class = BERTConfig
     base_model_prefix = "model"
+    _backbone_optional_keys = (r"^(model\.)?pooler\.",)  # masked-LM pretraining does not train the pooler
     supports_gradient_checkpointing = True
     _no_split_modules = ["BERTEmbeddings", "BERTBlock"]
     _supports_sdpa = True
@@ -153,6 +159,9 @@ class BERTModel(BERTPreTrainedModel):
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("BERTModel: pass exactly one of input_ids or inputs_embeds.")
+        check_input_ids(input_ids, inputs_embeds, self.embeddings.word_embeddings.num_embeddings)
+        if token_type_ids is not None:
+            check_input_ids(token_type_ids, None, config.type_vocab_size, name="token_type_ids")
         if inputs_embeds is None:
             inputs_embeds = self.embeddings.word_embeddings(input_ids)
         batch_size, seq_len = inputs_embeds.shape[:2]

@@ -7,7 +7,6 @@ p(x_{t+1} | x_{<=t}) = softmax(LN(h_L) E^T)                           (tied inpu
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -23,7 +22,10 @@ from .configuration_gpt import GPTConfig
 from .layers import FeedForward, make_norm
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
+    CheckedGenerationMixin,
+    CheckedPreTrainedModel,
     check_attention_mask,
+    check_input_ids,
     last_token_indices,
     positions_from_attention_mask,
     sequence_classification_loss,
@@ -53,7 +55,7 @@ class GPTBlock(GradientCheckpointingLayer):
         return x, weights
 
 
-class GPTPreTrainedModel(PreTrainedModel):
+class GPTPreTrainedModel(CheckedPreTrainedModel):
     config_class = GPTConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
@@ -117,6 +119,7 @@ class GPTModel(GPTPreTrainedModel):
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("GPTModel: pass exactly one of input_ids or inputs_embeds.")
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         batch_size, seq_len = inputs_embeds.shape[:2]
@@ -176,7 +179,7 @@ class GPTModel(GPTPreTrainedModel):
         )
 
 
-class GPTForCausalLM(GPTPreTrainedModel, GenerationMixin):
+class GPTForCausalLM(GPTPreTrainedModel, CheckedGenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
     def __init__(self, config: GPTConfig):

@@ -13,7 +13,6 @@ generation costs one step per token whatever the context length, and training ca
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
@@ -26,10 +25,16 @@ from transformers.utils import can_return_tuple
 from .configuration_rnn import RNNConfig
 from .recurrent import GatedElman, RecurrentStack
 from .state import RecurrentState
-from .utils import check_attention_mask, sequence_classification_loss
+from .utils import (
+    CheckedGenerationMixin,
+    CheckedPreTrainedModel,
+    check_attention_mask,
+    check_input_ids,
+    sequence_classification_loss,
+)
 
 
-class RNNPreTrainedModel(PreTrainedModel):
+class RNNPreTrainedModel(CheckedPreTrainedModel):
     config_class = RNNConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
@@ -96,6 +101,7 @@ class RNNModel(RNNPreTrainedModel):
                 f"RNNModel: past_key_values must be the RecurrentState a previous call returned, not "
                 f"{type(past_key_values).__name__} (a recurrent model keeps no key/value cache)."
             )
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         batch_size, seq_len = inputs_embeds.shape[:2]
@@ -117,7 +123,7 @@ class RNNModel(RNNPreTrainedModel):
         )
 
 
-class RNNForCausalLM(RNNPreTrainedModel, GenerationMixin):
+class RNNForCausalLM(RNNPreTrainedModel, CheckedGenerationMixin):
     """The recurrent language model (the design of Mikolov et al. 2010 and Zaremba et al. 2014): predicts token
     t+1 from the top layer's state at t, through the (tied) output embedding."""
 

@@ -16,14 +16,13 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.utils import can_return_tuple
 
 from .configuration_window import WindowConfig
 from .state import RecurrentState
-from .utils import check_attention_mask
+from .utils import CheckedGenerationMixin, CheckedPreTrainedModel, check_attention_mask, check_input_ids
 
 
 @dataclass(eq=False)
@@ -53,7 +52,7 @@ class WindowHiddenLayer(GradientCheckpointingLayer):
         return self.dropout(torch.tanh(self.linear(x)))
 
 
-class WindowPreTrainedModel(PreTrainedModel):
+class WindowPreTrainedModel(CheckedPreTrainedModel):
     config_class = WindowConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
@@ -107,6 +106,7 @@ class WindowModel(WindowPreTrainedModel):
                 f"WindowModel: past_key_values must be the WindowState a previous call returned, not "
                 f"{type(past_key_values).__name__} (a fixed-window model keeps no key/value cache)."
             )
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         batch_size, seq_len, width = inputs_embeds.shape
@@ -142,7 +142,7 @@ class WindowModel(WindowPreTrainedModel):
         )
 
 
-class WindowForCausalLM(WindowPreTrainedModel, GenerationMixin):
+class WindowForCausalLM(WindowPreTrainedModel, CheckedGenerationMixin):
     """y = b + W x + U tanh(d + H x), the next-token logits at every position.
 
     `lm_head` is U and b; with tied embeddings U = C^T P (`output_projection` is P, present when h != m);

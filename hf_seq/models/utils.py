@@ -1,6 +1,7 @@
 """Input checks and index helpers shared by the model families."""
 
 import torch
+from transformers import GenerationMixin, PreTrainedModel
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
@@ -12,6 +13,46 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, t
         raise ValueError(
             f"attention_mask has shape {tuple(attention_mask.shape)}, expected (batch_size, past + input length) = "
             f"({batch_size}, {total_length}): 1 for tokens to attend to, 0 for padding."
+        )
+
+
+def check_input_ids(
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    vocab_size: int,
+    name: str = "input_ids",
+) -> None:
+    """Token ids are a non-empty (batch_size, sequence_length) integer tensor of ids in [0, vocab_size); embeddings
+    a non-empty (batch_size, sequence_length, features) tensor. Checked before the embedding lookup, which would
+    otherwise answer "index out of range in self" on CPU and a device-side assert on a GPU."""
+    tokens = input_ids if input_ids is not None else inputs_embeds
+    if tokens is None:
+        return
+    label = name if input_ids is not None else name.replace("input_ids", "inputs_embeds")
+    expected = "(batch_size, sequence_length" + (", features)" if input_ids is None else ")")
+    if tokens.dim() != (2 if input_ids is not None else 3):
+        hint = (
+            "; for one sequence add a batch dimension: {label}[None]"
+            if tokens.dim() == (1 if input_ids is not None else 2)
+            else ""
+        )
+        raise ValueError(f"{label} must have shape {expected}, got {tuple(tokens.shape)}{hint}.")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        what = "a batch of 0 sequences" if tokens.shape[0] == 0 else "empty sequences (0 tokens)"
+        raise ValueError(f"{label} has shape {tuple(tokens.shape)}: {what}; pass at least one token per sequence.")
+    if input_ids is None:
+        return
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids (torch.long), got dtype {input_ids.dtype}.")
+    if torch.compiler.is_compiling():  # a data-dependent branch would break a full-graph compile
+        return
+    outside = (input_ids < 0) | (input_ids >= vocab_size)
+    if outside.any():
+        row, column = (int(i) for i in outside.nonzero()[0])
+        raise ValueError(
+            f"{name} holds token id {int(input_ids[row, column])} (row {row}, position {column}), outside the "
+            f"vocabulary: ids must be in [0, {vocab_size - 1}] (vocab_size={vocab_size}). Was the text tokenized "
+            "with this model's tokenizer?"
         )
 
 
@@ -58,3 +99,154 @@ def sequence_classification_loss(loss_function, logits, labels, config, num_item
     if num_items_in_batch is not None and config.problem_type != "single_label_classification":
         loss = loss * labels.numel() / num_items_in_batch
     return loss
+
+
+class CheckedGenerationMixin(GenerationMixin):
+    """transformers' `GenerationMixin`, with the arguments it does not check itself checked first: `num_beams=0`
+    would end in a ZeroDivisionError, `num_return_sequences=0` would return one sequence, `top_p=1.5` would be
+    taken as no top-p filtering."""
+
+    def generate(self, *args, **kwargs):
+        config = kwargs.get("generation_config") or getattr(self, "generation_config", None)
+        for name in ("num_beams", "num_return_sequences"):
+            value = kwargs.get(name, getattr(config, name, None))
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"generate: {name} must be an integer >= 1, got {value!r}.")
+        top_p = kwargs.get("top_p", getattr(config, "top_p", None))
+        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+            raise ValueError(f"generate: top_p must be a number in (0, 1] (1 keeps every token), got {top_p!r}.")
+        return super().generate(*args, **kwargs)
+
+
+class CheckedPreTrainedModel(PreTrainedModel):
+    """The base of every hf-seq family's `PreTrainedModel`: `from_pretrained` reads nothing that can run code and
+    never returns a model that silently is not the saved one.
+
+    - Weights are read from safetensors only (`use_safetensors=True` unless the caller says otherwise): a pickled
+      `pytorch_model.bin` is refused. A truncated or empty `.safetensors` file is an error naming the file.
+    - A fresh task head on a pretrained backbone (a classifier from a language model's folder) is normal and only
+      logged, as transformers does. Backbone tensors missing from the checkpoint (config.json naming another
+      family, or a changed architecture) or of another shape are an error naming them.
+    - Weights that load as NaN or infinity are an error naming the tensors.
+
+    `_backbone_optional_keys` (regexes): backbone parts that a checkpoint may lack (BERT's pooler, which masked-LM
+    pretraining does not train)."""
+
+    _backbone_optional_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        kwargs.setdefault("use_safetensors", True)
+        wants_info = kwargs.pop("output_loading_info", False)
+        mismatch_allowed = kwargs.get("ignore_mismatched_sizes", False)
+        kwargs["ignore_mismatched_sizes"] = True  # collected below, and refused with the keys named
+        source = str(pretrained_model_name_or_path)
+        try:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+            )
+        except Exception as error:
+            pickles = _pickled_weights(source) if isinstance(error, OSError) else []
+            if pickles:
+                raise OSError(
+                    f"{source} holds pickled weights ({', '.join(pickles)}) and no model.safetensors. hf-seq reads "
+                    "safetensors only, because unpickling a file can run code. Where you trust the file, convert it: "
+                    "model.load_state_dict(torch.load(path, weights_only=True)); model.save_pretrained(folder)."
+                ) from error
+            if type(error).__name__ != "SafetensorError":
+                raise
+            files = sorted(str(p) for p in _unreadable_safetensors(source)) or [f"the .safetensors files of {source}"]
+            raise OSError(
+                f"{', '.join(files)}: not a complete safetensors file ({error}); the file is truncated, empty or "
+                "not safetensors. Save the model again, or download it again."
+            ) from error
+        check_loaded_weights(model, info, source, mismatch_allowed)
+        return (model, info) if wants_info else model
+
+
+def _pickled_weights(source: str) -> list[str]:
+    import os
+
+    if not os.path.isdir(source) or any(name.endswith(".safetensors") for name in os.listdir(source)):
+        return []
+    return sorted(name for name in os.listdir(source) if name.endswith((".bin", ".pt", ".pth", ".ckpt")))
+
+
+def _unreadable_safetensors(source: str) -> list:
+    """The .safetensors files of a local folder whose header does not cover the file (truncated or empty)."""
+    import json
+    import os
+    import struct
+
+    if not os.path.isdir(source):
+        return []
+    bad = []
+    for name in sorted(os.listdir(source)):
+        path = os.path.join(source, name)
+        if not name.endswith(".safetensors"):
+            continue
+        size = os.path.getsize(path)
+        try:
+            with open(path, "rb") as handle:
+                (header_size,) = struct.unpack("<Q", handle.read(8))
+                header = json.loads(handle.read(header_size))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+            complete = size >= 8 + header_size + end
+        except (struct.error, ValueError, KeyError, TypeError, MemoryError, OverflowError):
+            complete = False
+        if not complete:
+            bad.append(path)
+    return bad
+
+
+def check_loaded_weights(model, info: dict, source: str, mismatch_allowed: bool = False) -> None:
+    """Refuse a model whose backbone did not load from `source`, or whose loaded weights are not finite (see
+    `CheckedPreTrainedModel`). `info` is transformers' loading info (`output_loading_info=True`)."""
+    import re
+
+    prefix = model.base_model_prefix
+    is_backbone = (lambda key: True) if getattr(model, prefix, None) is None else (lambda k: k.startswith(prefix + "."))
+    optional = [re.compile(p) for p in getattr(model, "_backbone_optional_keys", ())]
+    missing = sorted(k for k in info["missing_keys"] if is_backbone(k) and not any(p.search(k) for p in optional))
+    if missing:
+        held = sorted(info["unexpected_keys"])
+        raise ValueError(
+            f"{source}: the weights of the {type(model).__name__} backbone did not load: {len(missing)} tensors are "
+            f"missing from the checkpoint: {_some(missing)}"
+            + (f"; it holds tensors this model does not have: {_some(held)}" if held else "")
+            + f". Does config.json (model_type {model.config.model_type!r}) describe the model that saved these "
+            "weights, with an unchanged architecture? (A fresh task head on a pretrained backbone is fine; a fresh "
+            "backbone is not. To start from partial weights, build the model with from_config and call "
+            "load_state_dict(..., strict=False) yourself.)"
+        )
+    mismatched = sorted(info["mismatched_keys"])
+    if mismatched and not mismatch_allowed:
+        shapes = [
+            f"{key} {tuple(saved)} in the checkpoint, {tuple(expected)} in the model"
+            for key, saved, expected in mismatched
+        ]
+        raise ValueError(
+            f"{source}: {len(mismatched)} tensors of the checkpoint do not have the shape config.json gives them: "
+            f"{_some(shapes)}. Does config.json match the saved weights? (ignore_mismatched_sizes=True re-initialises "
+            "them instead, e.g. for a classifier with another number of labels.)"
+        )
+    fresh = set(info["missing_keys"]) | {key for key, *_ in mismatched}
+    not_finite = [
+        name
+        for name, tensor in model.state_dict().items()
+        if name not in fresh
+        and tensor.is_floating_point()
+        and tensor.device.type != "meta"
+        and not torch.isfinite(tensor).all()
+    ]
+    if not_finite:
+        raise ValueError(
+            f"{source}: {len(not_finite)} weight tensors hold NaN or infinite values: {_some(not_finite)}. The "
+            "checkpoint was saved from a diverged training run (lower the learning rate, clip gradients, use bf16 "
+            "rather than fp16) or is corrupted."
+        )
+
+
+def _some(names: list, limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
