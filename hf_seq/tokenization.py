@@ -88,6 +88,13 @@ def train_bpe_tokenizer(
         )
     if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
         raise ValueError(f"train_bpe_tokenizer: min_frequency must be a positive integer, got {min_frequency!r}.")
+    if model_max_length is not None and (
+        isinstance(model_max_length, bool) or not isinstance(model_max_length, int) or model_max_length < 1
+    ):
+        raise ValueError(
+            f"train_bpe_tokenizer: model_max_length must be a positive integer (the model's context length) or None, "
+            f"got {model_max_length!r}."
+        )
     if show_progress is None:
         show_progress = sys.stderr.isatty()
 

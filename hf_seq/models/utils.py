@@ -32,7 +32,7 @@ def check_input_ids(
     expected = "(batch_size, sequence_length" + (", features)" if input_ids is None else ")")
     if tokens.dim() != (2 if input_ids is not None else 3):
         hint = (
-            "; for one sequence add a batch dimension: {label}[None]"
+            f"; for one sequence add a batch dimension: {label}[None]"
             if tokens.dim() == (1 if input_ids is not None else 2)
             else ""
         )

@@ -1,0 +1,398 @@
+"""The catalogue of bad inputs and faults outside the training loop (configs, model inputs, generate, tokenizers,
+checkpoints, publishing, the CLI): each one is answered either by the right behaviour or by an error of the right
+type whose message names the offending parameter or file. Training and interruption faults are in
+tests/test_interruption.py."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+import hf_seq  # noqa: F401  (registers the families)
+from hf_seq import (
+    BahdanauConfig,
+    BERTConfig,
+    GPTConfig,
+    RNNConfig,
+    TransformerConfig,
+)
+from hf_seq.cli import main
+from hf_seq.registry import family as get_family
+from hf_seq.tokenization import check_special_tokens, train_bpe_tokenizer
+
+V = 40  # vocabulary of the tiny models
+IDS = dict(vocab_size=V, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+TINY = {
+    "hf_seq_gpt": dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=32),
+    "hf_seq_rnn": dict(hidden_size=16, num_hidden_layers=1, cell_type="gru"),
+    "hf_seq_bert": dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=32),
+    "hf_seq_transformer": dict(
+        hidden_size=16, encoder_layers=1, decoder_layers=1, num_attention_heads=2, intermediate_size=32
+    ),
+    "hf_seq_bahdanau": dict(hidden_size=8, embedding_size=8, attention_size=8, deep_output_size=8, num_hidden_layers=1),
+    "hf_seq_window": dict(context_size=3, embedding_size=8, hidden_size=8),
+}
+
+
+def tiny_model(model_type: str, auto: str = "AutoModel", **overrides):
+    fam = get_family(model_type)
+    torch.manual_seed(0)
+    config = fam.config_class(**IDS, **TINY[model_type], **overrides)
+    return fam.model_class(auto)(config).eval()
+
+
+def seq2seq(model_type: str) -> bool:
+    return model_type in ("hf_seq_transformer", "hf_seq_bahdanau")
+
+
+def forward(model, input_ids, **kwargs):
+    if model.config.is_encoder_decoder and "decoder_input_ids" not in kwargs:
+        kwargs["decoder_input_ids"] = torch.tensor([[1]])
+    with torch.no_grad():
+        return model(input_ids=input_ids, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------------- configs
+CONFIG_FAULTS = [
+    (GPTConfig, dict(tie_word_embeddings="no"), "tie_word_embeddings"),  # a non-empty string would tie
+    (GPTConfig, dict(use_cache=1), "use_cache"),
+    (GPTConfig, dict(hidden_size="64"), "hidden_size"),
+    (GPTConfig, dict(hidden_dropout="0.1"), "hidden_dropout"),
+    (GPTConfig, dict(hidden_dropout=1.0), "hidden_dropout"),
+    (GPTConfig, dict(attention_dropout=-0.1), "attention_dropout"),
+    (GPTConfig, dict(dropout=1.5), "dropout"),
+    (GPTConfig, dict(IDS, pad_token_id=V), "pad_token_id"),
+    (GPTConfig, dict(IDS, bos_token_id=-1), "bos_token_id"),
+    (GPTConfig, dict(IDS, eos_token_id=[2, V + 3]), "eos_token_id"),
+    (GPTConfig, dict(layer_norm_eps=-1e-5), "layer_norm_eps"),
+    (GPTConfig, dict(layer_norm_epsilon=0.0), "layer_norm_eps"),
+    (GPTConfig, dict(position_embedding_type="rope", rope_theta=0.0), "rope_theta"),
+    (GPTConfig, dict(initializer_range=-0.02), "initializer_range"),
+    (GPTConfig, dict(num_labels=0), "num_labels"),
+    (GPTConfig, dict(num_labels="3"), "num_labels"),
+    (GPTConfig, dict(is_causal=False), "is_causal"),
+    (GPTConfig, dict(n_head=4, num_attention_heads=8), "n_head"),
+    (GPTConfig, dict(num_attention_heads=5), "num_attention_heads"),
+    (GPTConfig, dict(position_embedding_type="rotary"), "position_embedding_type"),
+    (GPTConfig, dict(num_hiden_layers=2), "num_hidden_layers"),
+    (RNNConfig, dict(cell="transformer"), "cell_type"),
+    (RNNConfig, dict(bidirectional="yes"), "bidirectional"),
+    (RNNConfig, dict(num_hidden_layers=0), "num_hidden_layers"),
+    (RNNConfig, dict(IDS, eos_token_id=V), "eos_token_id"),
+    (BERTConfig, dict(type_vocab_size=0), "type_vocab_size"),
+    (BERTConfig, dict(hidden_dropout_prob=1.2), "hidden_dropout"),
+    (TransformerConfig, dict(num_hidden_layers=2, decoder_layers=3), "num_hidden_layers"),
+    (TransformerConfig, dict(label_smoothing=1.0), "label_smoothing"),
+    (TransformerConfig, dict(IDS, decoder_start_token_id=V), "decoder_start_token_id"),
+    (TransformerConfig, dict(scale_embedding="true"), "scale_embedding"),
+    (BahdanauConfig, dict(attention_type="luong"), "attention_type"),
+    (BahdanauConfig, dict(scheduled_sampling=1.0), "scheduled_sampling"),
+    (BahdanauConfig, dict(maxout="false"), "maxout"),
+]
+
+
+@pytest.mark.parametrize(
+    "config_class, kwargs, name", CONFIG_FAULTS, ids=[f"{c.__name__}-{n}" for c, _, n in CONFIG_FAULTS]
+)
+def test_config_refuses(config_class, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        config_class(**kwargs)
+
+
+def test_common_names_set_the_fields_they_name():
+    gpt = GPTConfig(n_embd=64, n_layer=3, n_head=4, n_positions=128, layer_norm_epsilon=1e-6, num_heads=4)
+    assert (gpt.hidden_size, gpt.num_hidden_layers, gpt.num_attention_heads) == (64, 3, 4)
+    assert (gpt.max_position_embeddings, gpt.layer_norm_eps) == (128, 1e-6)
+    assert gpt.intermediate_size == 4 * 64  # derived from the aliased width, not from the default
+    dropped = GPTConfig(dropout=0.3)
+    assert dropped.embedding_dropout == dropped.attention_dropout == dropped.hidden_dropout == 0.3
+    both = TransformerConfig(num_hidden_layers=2)
+    assert (both.encoder_layers, both.decoder_layers) == (2, 2)
+    both.num_hidden_layers = 3
+    assert (both.encoder_layers, both.decoder_layers) == (3, 3)
+    shape = dict(hidden_size=16, num_attention_heads=2, intermediate_size=32)
+    transformer = get_family("hf_seq_transformer").model_class("AutoModel")(
+        TransformerConfig(**IDS, **shape, num_hidden_layers=3)
+    )
+    assert len(transformer.encoder.layers) == len(transformer.decoder.layers) == 3
+    assert BERTConfig(layer_norm_epsilon=1e-7, num_heads=4).num_attention_heads == 4
+    rnn = get_family("hf_seq_rnn").model_class("AutoModel")(RNNConfig(**IDS, hidden_size=8, cell="gru"))
+    assert rnn.config.cell_type == "gru"
+    assert rnn.state_dict()["rnn.layers.0.rnn.weight_hh_l0"].shape == (3 * 8, 8)  # GRU: 3 gates (an LSTM has 4)
+    assert BahdanauConfig(cell="lstm").cell_type == "lstm"
+
+
+def test_gpt2_default_special_ids_are_unset_for_a_smaller_vocabulary():
+    config = GPTConfig(vocab_size=V)  # GPT-2's 50256 names no token of this vocabulary
+    assert config.bos_token_id is None and config.eos_token_id is None
+
+
+# -------------------------------------------------------------------------------------------------- model inputs
+FAMILIES = list(TINY)
+INPUT_FAULTS = {
+    "id-at-vocab-size": (lambda: torch.tensor([[3, V]]), rf"input_ids.*{V}\b.*vocab_size={V}"),
+    "negative-id": (lambda: torch.tensor([[3, -1]]), rf"input_ids.*-1.*vocab_size={V}"),
+    "1-d": (lambda: torch.tensor([3, 4]), r"input_ids.*\(2,\).*input_ids\[None\]"),
+    "empty-sequence": (lambda: torch.zeros(1, 0, dtype=torch.long), r"input_ids.*\(1, 0\).*empty"),
+    "empty-batch": (lambda: torch.zeros(0, 3, dtype=torch.long), r"input_ids.*\(0, 3\).*batch of 0"),
+    "float-ids": (lambda: torch.ones(1, 3), r"input_ids.*integer.*float32"),
+}
+
+
+@pytest.mark.parametrize("fault", list(INPUT_FAULTS))
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_model_refuses_bad_input_ids(model_type, fault):
+    model = tiny_model(model_type)
+    make, message = INPUT_FAULTS[fault]
+    with pytest.raises(ValueError, match=message):
+        forward(model, make())
+
+
+@pytest.mark.parametrize("model_type", ["hf_seq_transformer", "hf_seq_bahdanau"])
+def test_seq2seq_names_decoder_input_ids(model_type):
+    model = tiny_model(model_type)
+    with pytest.raises(ValueError, match=rf"decoder_input_ids.*{V + 5}"):
+        forward(model, torch.tensor([[3, 4]]), decoder_input_ids=torch.tensor([[1, V + 5]]))
+
+
+def test_bert_names_token_type_ids():
+    model = tiny_model("hf_seq_bert")
+    with pytest.raises(ValueError, match=r"token_type_ids.*\b2\b.*vocab_size=2"):
+        forward(model, torch.tensor([[3, 4]]), token_type_ids=torch.tensor([[0, 2]]))
+
+
+def test_inputs_embeds_shape_is_named():
+    model = tiny_model("hf_seq_gpt")
+    with pytest.raises(ValueError, match=r"inputs_embeds.*\(3, 16\)"):
+        model(inputs_embeds=torch.zeros(3, 16))
+
+
+# ------------------------------------------------------------------------------------------------------ generate
+GENERATE_FAULTS = [
+    (dict(num_beams=0), "num_beams"),
+    (dict(num_beams=-2), "num_beams"),
+    (dict(num_beams="2"), "num_beams"),
+    (dict(num_return_sequences=0), "num_return_sequences"),
+    (dict(do_sample=True, top_p=0.0), "top_p"),
+    (dict(do_sample=True, top_p=1.5), "top_p"),
+]
+
+
+@pytest.mark.parametrize(
+    "kwargs, name", GENERATE_FAULTS, ids=[f"{n}={list(k.values())[-1]}" for k, n in GENERATE_FAULTS]
+)
+@pytest.mark.parametrize("model_type", ["hf_seq_gpt", "hf_seq_rnn", "hf_seq_transformer"])
+def test_generate_refuses(model_type, kwargs, name):
+    auto = "AutoModelForSeq2SeqLM" if seq2seq(model_type) else "AutoModelForCausalLM"
+    model = tiny_model(model_type, auto)
+    with pytest.raises(ValueError, match=name):
+        model.generate(torch.tensor([[3, 4]]), max_new_tokens=2, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- tokenizers
+CORPUS = ["def f(x):\n    return x + 1\n", "class A:\n    pass\n"] * 20
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(vocab_size=100), "vocab_size"),
+        (dict(min_frequency=0), "min_frequency"),
+        (dict(style="wordpiece"), "style"),
+        (dict(model_max_length=0), "model_max_length"),
+        (dict(special_tokens="<sep>"), "special_tokens"),
+        (dict(corpus=[]), "corpus is empty"),
+        (dict(corpus=[1, 2]), "must hold strings"),
+        (dict(corpus="missing-corpus.txt"), "missing-corpus.txt"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_tokenizer_training_refuses(kwargs, name):
+    kwargs = {"corpus": CORPUS, "vocab_size": 300, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        train_bpe_tokenizer(kwargs.pop("corpus"), **kwargs)
+
+
+def test_seq2seq_tokenizer_without_eos_is_named():
+    tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=300, style="bert")  # BERT style has no EOS
+    with pytest.raises(ValueError, match="eos_token.*sequence-to-sequence"):
+        check_special_tokens(tokenizer, ("eos_token",), purpose="sequence-to-sequence targets")
+
+
+def test_model_max_length_truncates_to_the_context():
+    tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=300, model_max_length=5)
+    assert len(tokenizer(CORPUS[0] * 10, truncation=True)["input_ids"]) == 5
+
+
+# --------------------------------------------------------------------------------------------------- checkpoints
+@pytest.fixture(scope="module")
+def saved_gpt(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("saved") / "gpt"
+    tiny_model("hf_seq_gpt", "AutoModelForCausalLM").save_pretrained(folder)
+    return folder
+
+
+def _edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    config = {key: value for key, value in config.items() if value is not None}
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _poison(folder, value):
+    weights = load_file(folder / "model.safetensors")
+    weights["model.layers.1.mlp.up_proj.weight"][0, 0] = value
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def _truncate(folder):
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
+def _pickle_only(folder):
+    weights = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save(weights, folder / "pytorch_model.bin")
+
+
+CHECKPOINT_FAULTS = {
+    "truncated-safetensors": (_truncate, OSError, "model.safetensors.*truncated"),
+    "empty-safetensors": (lambda f: (f / "model.safetensors").write_bytes(b""), OSError, "model.safetensors"),
+    "pickled-bin-only": (_pickle_only, OSError, "pytorch_model.bin"),
+    "other-family-model-type": (
+        lambda f: _edit_config(f, model_type="hf_seq_rnn", auto_map=None),
+        ValueError,
+        r"backbone did not load.*model\.rnn\..*hf_seq_rnn",
+    ),
+    "added-layer": (lambda f: _edit_config(f, num_hidden_layers=3), ValueError, r"missing.*model\.layers\.2\."),
+    "changed-width": (
+        lambda f: _edit_config(f, intermediate_size=48),
+        ValueError,
+        r"model\.layers\.0\.mlp\.up_proj\.weight \(64, 16\) in the checkpoint, \(48, 16\)",
+    ),
+    "nan-weight": (lambda f: _poison(f, float("nan")), ValueError, r"NaN.*model\.layers\.1\.mlp\.up_proj\.weight"),
+    "inf-weight": (lambda f: _poison(f, float("inf")), ValueError, r"infinite.*model\.layers\.1\.mlp\.up_proj\.weight"),
+    "config-not-json": (lambda f: (f / "config.json").write_text("{not json"), OSError, "config.json"),
+}
+
+
+@pytest.mark.parametrize("fault", list(CHECKPOINT_FAULTS))
+def test_loading_refuses(saved_gpt, tmp_path, fault):
+    folder = tmp_path / "copy"
+    shutil.copytree(saved_gpt, folder)
+    damage, error, message = CHECKPOINT_FAULTS[fault]
+    damage(folder)
+    with pytest.raises(error, match=message):
+        AutoModelForCausalLM.from_pretrained(folder)
+
+
+def test_a_fresh_task_head_on_a_pretrained_backbone_loads(saved_gpt, tmp_path):
+    classifier, info = (
+        get_family("hf_seq_gpt")
+        .model_class("AutoModelForSequenceClassification")
+        .from_pretrained(saved_gpt, num_labels=3, output_loading_info=True)
+    )
+    assert info["missing_keys"] == {"score.weight"}  # only the head is new
+    bert_folder = tmp_path / "bert"
+    tiny_model("hf_seq_bert", "AutoModelForMaskedLM").save_pretrained(bert_folder)
+    get_family("hf_seq_bert").model_class("AutoModelForSequenceClassification").from_pretrained(bert_folder)
+    # the pooler masked-LM pretraining never trains starts fresh too
+
+
+# ----------------------------------------------------------------------------------- publishing and the CLI
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """A run's output folder whose recipe recorded local paths of the training machine."""
+    from hf_seq.cards import write_card
+
+    root = tmp_path_factory.mktemp("runs")
+    folder = root / "gpt-tiny"
+    tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=300)
+    config = dict(TINY["hf_seq_gpt"], vocab_size=len(tokenizer), pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    get_family("hf_seq_gpt").model_class("AutoModelForCausalLM")(GPTConfig(**config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    recipe = {
+        "family": "gpt",
+        "task": "causal_lm",
+        "model": TINY["hf_seq_gpt"],
+        "tokenizer": {"path": str(root / "tokenizers" / "my-bpe")},
+        "data": {"dataset": [str(root / "private" / "corpus.txt"), "someone/hub-corpus"]},
+        "training": {"output_dir": str(folder)},
+    }
+    (folder / "recipe.json").write_text(json.dumps(recipe))
+    (folder / "checkpoints").mkdir()
+    (folder / "checkpoints" / "scheduler.bin").write_bytes(b"local run state")
+    write_card(folder)
+    return folder, root
+
+
+def test_card_and_push_publish_names_not_paths(run_folder):
+    from hf_seq.hub import push, upload_contents
+
+    folder, root = run_folder
+    card = (folder / "README.md").read_text()
+    assert str(root) not in card
+    assert "corpus.txt" in card and "my-bpe" in card
+    metadata = card.split("---")[1]
+    assert "someone/hub-corpus" in metadata and "corpus.txt" not in metadata  # only Hub datasets are metadata
+    contents = upload_contents(folder)
+    assert not any(name.startswith("checkpoints") for name in contents)
+    published = json.loads(contents["recipe.json"])
+    assert published["training"]["output_dir"] == "gpt-tiny"
+    assert published["tokenizer"]["path"] == "my-bpe"
+    assert published["data"]["dataset"] == ["corpus.txt", "someone/hub-corpus"]
+    for name, content in contents.items():
+        text = content if isinstance(content, bytes) else content.read_bytes()
+        assert str(root).encode() not in text, name
+    listing = push(folder, "someone/gpt-tiny", dry_run=True)
+    assert "nothing uploaded" in listing
+    assert sorted(line.split()[0] for line in listing.splitlines() if line.startswith("  ")) == sorted(contents)
+    assert json.loads((folder / "recipe.json").read_text())["training"]["output_dir"] == str(folder)  # local copy
+
+
+def test_push_refuses(run_folder, tmp_path):
+    from hf_seq.hub import push
+
+    with pytest.raises(ValueError, match="repo_id.*'not a repo id'"):
+        push(run_folder[0], "not a repo id", dry_run=True)
+    with pytest.raises(FileNotFoundError, match="no-such-run"):
+        push(tmp_path / "no-such-run", "someone/x", dry_run=True)
+
+
+CLI_FAULTS = [
+    (["generate", "{folder}", "--prompt", "def", "--num-beams", "0"], "--num-beams"),
+    (["generate", "{folder}", "--prompt", "def", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (["generate", "{folder}", "--prompt", "def", "--do-sample", "--temperature", "0"], "--temperature"),
+    (["generate", "{folder}", "--prompt", "def", "--do-sample", "--top-p", "1.5"], "--top-p"),
+    (["generate", "{folder}", "--prompt", "def", "--top-k", "-1"], "--top-k"),
+    (["train-tokenizer", "--files", "x.txt", "--vocab-size", "many", "--output-dir", "tok"], "--vocab-size"),
+    (["train-tokenizer", "--files", "x.txt", "--min-frequency", "0", "--output-dir", "tok"], "--min-frequency"),
+]
+
+
+@pytest.mark.parametrize("argv, option", CLI_FAULTS, ids=[option for _, option in CLI_FAULTS])
+def test_cli_refuses_option(run_folder, argv, option, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([item.format(folder=run_folder[0]) for item in argv])
+    assert exit_info.value.code == 2
+    assert f"argument {option}" in capsys.readouterr().err
+
+
+def test_cli_names_the_folder_or_file(run_folder, tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match="not-a-model holds no config.json"):
+        main(["generate", str(empty), "--prompt", "def"])
+    with pytest.raises(SystemExit, match="missing-run does not exist"):
+        main(["generate", str(tmp_path / "missing-run"), "--prompt", "def"])
+    with pytest.raises(SystemExit, match="prompts.txt does not exist"):
+        main(["generate", str(run_folder[0]), "--file", str(tmp_path / "prompts.txt")])
+    (tmp_path / "prompts.txt").write_text("")
+    with pytest.raises(SystemExit, match="prompts.txt holds no prompts"):
+        main(["generate", str(run_folder[0]), "--file", str(tmp_path / "prompts.txt")])
+    with pytest.raises(FileNotFoundError, match="not-a-model holds no config.json"):
+        main(["card", str(empty)])
