@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from hf_seq.hub import hub_dataset_ids, public_recipe
 from hf_seq.registry import family as get_family
 
 PIPELINE_TAGS = {
@@ -90,7 +91,11 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
     fam = get_family(config.model_type)
     auto_class = _architecture_class(folder, config)
     repo_id = repo_id or folder.name
+    hub_datasets = hub_dataset_ids((recipe or {}).get("data", {}).get("dataset"))
+    recipe = public_recipe(recipe) if recipe else recipe  # names, not the training machine's paths
     dataset = (recipe or {}).get("data", {}).get("dataset")
+    if isinstance(dataset, list):
+        dataset = ", ".join(map(str, dataset))
     card_extra = (recipe or {}).get("card", {})
 
     measured = {k: v for k, v in (metrics or {}).items() if k in METRIC_NAMES and v is not None}
@@ -100,8 +105,8 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
         "tags": ["hf-seq", fam.name, config.model_type],
         "license": card_extra.get("license", "apache-2.0"),
     }
-    if dataset and dataset not in DATA_DESCRIPTIONS:
-        metadata["datasets"] = [dataset]
+    if hub_datasets:
+        metadata["datasets"] = hub_datasets
     if card_extra.get("language"):
         metadata["language"] = card_extra["language"]
     if measured:

@@ -129,7 +129,12 @@ def cmd_generate(args) -> None:
 
     if args.prompt is None and args.file is None:
         raise SystemExit("hf-seq generate: give --prompt TEXT or --file FILE (one prompt per line)")
+    if args.file is not None and not Path(args.file).is_file():
+        raise SystemExit(f"hf-seq generate: --file {args.file} does not exist")
     prompts = [args.prompt] if args.prompt is not None else Path(args.file).read_text().splitlines()
+    if not prompts:
+        raise SystemExit(f"hf-seq generate: --file {args.file} holds no prompts (one prompt per line)")
+    _model_folder("generate", args.folder)
     config = AutoConfig.from_pretrained(args.folder)
     task = "translation" if config.is_encoder_decoder else "text-generation"
     generator = pipeline(task, model=args.folder)
@@ -142,13 +147,52 @@ def cmd_generate(args) -> None:
         print(out[0][key])
 
 
+def _at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _number_in(low: float, high: float, what: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {what}, got {text!r}") from None
+        if not low < value <= high:
+            raise argparse.ArgumentTypeError(f"must be a number {what}, got {value:g}")
+        return value
+
+    return parse
+
+
+def _model_folder(command: str, folder: str) -> str:
+    """A local model folder must hold config.json (a name that is not a local path is left to the Hub)."""
+    path = Path(folder)
+    if path.exists() and not (path / "config.json").is_file():
+        raise SystemExit(
+            f"hf-seq {command}: {folder} holds no config.json: give the output_dir of a run or a folder written by "
+            "save_pretrained"
+        )
+    if not path.exists() and (folder.startswith((".", "/", "~")) or folder.count("/") != 1):
+        raise SystemExit(f"hf-seq {command}: {folder} does not exist (give a model folder or a Hub name user/model)")
+    return folder
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-seq", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("demo", help="train a tokenizer and a small GPT on the standard library, offline")
     p.add_argument("--output-dir", default="hf-seq-demo")
-    p.add_argument("--new-tokens", type=int, default=40)
+    p.add_argument("--new-tokens", type=_at_least(1), default=40)
     p.add_argument("--resume", action="store_true", help="continue an interrupted demo from its last checkpoint")
     p.add_argument("overrides", nargs="*", help="recipe overrides, e.g. training.max_steps=100")
     p.set_defaults(func=cmd_demo)
@@ -169,8 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="stdlib", help="stdlib (default), a Hub dataset name, or use --files")
     p.add_argument("--files", nargs="*", help="local .txt/.json/.jsonl/.csv files")
     p.add_argument("--text-column", default="text")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--vocab-size", type=_at_least(1), default=8000)
+    p.add_argument("--min-frequency", type=_at_least(1), default=2)
     p.add_argument("--style", choices=["byte_level", "bert"], default="byte_level")
     p.add_argument("--output-dir", required=True)
     p.set_defaults(func=cmd_train_tokenizer)
@@ -190,12 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--prompt")
     p.add_argument("--file", help="a text file, one prompt per line")
-    p.add_argument("--max-new-tokens", type=int, default=50)
-    p.add_argument("--num-beams", type=int, default=1)
+    p.add_argument("--max-new-tokens", type=_at_least(1), default=50)
+    p.add_argument("--num-beams", type=_at_least(1), default=1)
     p.add_argument("--do-sample", action="store_true")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=50)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=_number_in(0, float("inf"), "> 0"), default=1.0)
+    p.add_argument("--top-k", type=_at_least(0), default=50, help="0: no top-k filtering")
+    p.add_argument("--top-p", type=_number_in(0, 1, "in (0, 1]"), default=1.0)
     p.set_defaults(func=cmd_generate)
 
     p = commands.add_parser("push", help="check a saved model loads without hf-seq, then upload it to the Hub")
