@@ -1,36 +1,44 @@
 """hf-seq: the lineage of sequence models, from Elman's RNN to GPT, as Hugging Face transformers models."""
 
-from .models.configuration_bahdanau import BahdanauConfig
-from .models.configuration_bert import BERTConfig
-from .models.configuration_gpt import GPTConfig
-from .models.configuration_rnn import RNNConfig
-from .models.configuration_transformer import TransformerConfig
-from .models.configuration_window import WindowConfig
-from .models.modeling_bahdanau import BahdanauForConditionalGeneration, BahdanauModel, BahdanauState
-from .models.modeling_bert import (
-    BERTForMaskedLM,
-    BERTForQuestionAnswering,
-    BERTForSequenceClassification,
-    BERTForTokenClassification,
-    BERTModel,
-)
-from .models.modeling_gpt import GPTForCausalLM, GPTForSequenceClassification, GPTModel
-from .models.modeling_rnn import (
-    RNNForCausalLM,
-    RNNForSequenceClassification,
-    RNNForTokenClassification,
-    RNNModel,
-)
-from .models.modeling_transformer import TransformerForConditionalGeneration, TransformerModel
-from .models.modeling_window import WindowForCausalLM, WindowModel, WindowState
-from .models.state import RecurrentState
-from .pipelines import register_pipelines
-from .qa import register_qa_pipeline
-from .registry import FAMILIES, register
+import importlib
 
-register()
-register_qa_pipeline()  # extractive question answering, which transformers 5 removed
-register_pipelines()  # translation / text2text-generation / summarization, which transformers 5 removed
+from .registry import FAMILIES, after_import, register_lazily
+
+# Every class is imported on first use (`hf_seq.GPTForCausalLM`): `import hf_seq` and `hf-seq --help` import neither
+# torch nor transformers. The families register with the Auto classes when those are imported (see registry.py).
+_ELSEWHERE = {"BahdanauState": "modeling_bahdanau", "RecurrentState": "state", "WindowState": "modeling_window"}
+
+
+def __getattr__(name: str):
+    for fam in FAMILIES:
+        if name == fam.config:
+            value = fam.config_class
+            break
+        if name in fam.models.values():
+            value = getattr(fam.modeling_module(), name)
+            break
+    else:
+        if name not in _ELSEWHERE:
+            raise AttributeError(f"module 'hf_seq' has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"hf_seq.models.{_ELSEWHERE[name]}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})
+
+
+def _register_pipelines() -> None:
+    """Importing each module registers its tasks (at its end, so that a module being imported when transformers'
+    pipelines arrive registers once it is complete)."""
+    importlib.import_module("hf_seq.qa")  # extractive question answering, which transformers 5 removed
+    importlib.import_module("hf_seq.pipelines")  # translation / text2text-generation / summarization, removed too
+
+
+register_lazily()
+# A pipeline class subclasses transformers' Pipeline, which `pipeline(...)` imports first: register the tasks then.
+after_import("transformers.pipelines", _register_pipelines)
 
 __version__ = "0.1.0"
 

@@ -117,4 +117,6 @@ def register_qa_pipeline() -> None:
         )
 
 
+register_qa_pipeline()  # importing this module registers (hf_seq imports it with transformers.pipelines)
+
 __all__ = ["TASK", "QuestionAnsweringPipeline", "best_span", "register_qa_pipeline"]

@@ -1,11 +1,22 @@
 """The one table of hf-seq families. `import hf_seq` registers each family with `AutoConfig` and the `Auto*`
 classes it supports, and records the full `auto_map` that `save_pretrained` writes for remote-code loading.
-The test suite iterates the same table, so a registered model without a tester fails the suite."""
+The test suite iterates the same table, so a registered model without a tester fails the suite.
+
+Registration is lazy, so that `import hf_seq` costs next to nothing and `hf-seq --help` never imports torch:
+
+- the configs register with `AutoConfig` when transformers' `configuration_auto` module is imported (the first use
+  of any Auto class), or at once if it already is;
+- each model class registers with its Auto classes by name when `modeling_auto` is imported, and is imported on its
+  first lookup (`AutoModel.from_config`, `from_pretrained`, `pipeline`, `hf_seq.GPTModel`). A modeling module pulls
+  in transformers' `PreTrainedModel`, generation and attention code: seconds of CPU that a config check, a `--help`
+  or a script that trains one family should not pay for every family."""
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-
-import transformers
 
 
 @dataclass(frozen=True)
@@ -17,10 +28,25 @@ class Family:
 
     @property
     def config_class(self):
-        return getattr(importlib.import_module(f"hf_seq.models.configuration_{self.name}"), self.config)
+        """The config class, given the family's full `auto_map` (see `config_utils.fill_auto_map`)."""
+        config_class = getattr(importlib.import_module(f"hf_seq.models.configuration_{self.name}"), self.config)
+        if config_class._auto_class is None:
+            config_class.family_auto_map = self.auto_map
+            config_class.register_for_auto_class("AutoConfig")
+        return config_class
 
     def model_class(self, auto_class: str):
-        return getattr(importlib.import_module(f"hf_seq.models.modeling_{self.name}"), self.models[auto_class])
+        return getattr(self.modeling_module(), self.models[auto_class])
+
+    def modeling_module(self):
+        """Import models/modeling_<name>.py and mark each model class for its Auto class, so that `save_pretrained`
+        copies the code next to the weights (`register_for_auto_class`)."""
+        module = importlib.import_module(f"hf_seq.models.modeling_{self.name}")
+        for auto_name, name in self.models.items():
+            model_class = getattr(module, name)
+            if model_class._auto_class is None:
+                model_class.register_for_auto_class(auto_name)
+        return module
 
     @property
     def auto_map(self) -> dict[str, str]:
@@ -92,15 +118,120 @@ def family(model_type: str) -> Family:
     raise KeyError(f"unknown hf-seq family {model_type!r}; known: {[f.model_type for f in FAMILIES]}")
 
 
-def register() -> None:
-    """Idempotent: safe to call (and to import hf_seq) any number of times."""
+class _Deferred:
+    """A model class not imported yet: the Auto mapping imports it on its first lookup."""
+
+    def __init__(self, fam: Family, auto_name: str):
+        self.fam, self.auto_name = fam, auto_name
+
+    def load(self):
+        return self.fam.model_class(self.auto_name)
+
+
+class _DeferredClasses(dict):
+    """The `_extra_content` dict of a transformers Auto mapping (config class -> model class, where `register` puts
+    models from outside transformers), with `_Deferred` values resolved on read. Every way transformers reads it
+    (`[]`, `get`, `values`, `items`, `dict(...)`) goes through `__getitem__`; `in` needs no import."""
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        if isinstance(value, _Deferred):
+            value = value.load()
+            super().__setitem__(key, value)
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def values(self):
+        return [self[key] for key in self]
+
+    def items(self):
+        return [(key, self[key]) for key in self]
+
+    def __iter__(self):  # overriding it makes dict(self) and {**self} read values through __getitem__
+        return super().__iter__()
+
+
+def register_configs() -> None:
+    from transformers import AutoConfig
+
+    for fam in FAMILIES:
+        AutoConfig.register(fam.model_type, fam.config_class, exist_ok=True)
+
+
+def register_models() -> None:
+    """Each model class by name (`_Deferred`), imported on its first lookup."""
+    import transformers
+
     for fam in FAMILIES:
         config_class = fam.config_class
-        transformers.AutoConfig.register(fam.model_type, config_class, exist_ok=True)
-        config_class.family_auto_map = fam.auto_map
-        config_class.register_for_auto_class("AutoConfig")
         for auto_name in fam.models:
-            model_class = fam.model_class(auto_name)
-            getattr(transformers, auto_name).register(config_class, model_class, exist_ok=True)
-            if model_class._auto_class is None:
-                model_class.register_for_auto_class(auto_name)
+            mapping = getattr(transformers, auto_name)._model_mapping
+            if not isinstance(mapping._extra_content, _DeferredClasses):
+                mapping._extra_content = _DeferredClasses(mapping._extra_content)
+            if config_class not in mapping._extra_content:  # idempotent; keeps a class already imported
+                dict.__setitem__(mapping._extra_content, config_class, _Deferred(fam, auto_name))
+
+
+def register() -> None:
+    """Register now. Idempotent: safe to call (and to import hf_seq) any number of times."""
+    register_configs()
+    register_models()
+
+
+def register_lazily() -> None:
+    """What `import hf_seq` does: register when transformers' Auto classes are imported (now, if they are). A config
+    or modeling module imported by its own path (`from hf_seq.models.modeling_gpt import GPTModel`) is marked for
+    remote code (`auto_map`, `register_for_auto_class`) as soon as it is complete."""
+    after_import("transformers.models.auto.configuration_auto", register_configs)
+    after_import("transformers.models.auto.modeling_auto", register_models)
+    for fam in FAMILIES:
+        after_import(f"hf_seq.models.configuration_{fam.name}", lambda fam=fam: fam.config_class)
+        after_import(f"hf_seq.models.modeling_{fam.name}", fam.modeling_module)
+
+
+class _RunAfterImport(importlib.abc.MetaPathFinder):
+    """Calls back once a module has been imported, by whatever path (`from transformers import pipeline` goes
+    through transformers' lazy module). Python has no post-import hook; this finder finds nothing itself, it wraps
+    the loader the other finders return for the awaited names."""
+
+    def __init__(self):
+        self.waiting: dict[str, list[Callable[[], None]]] = {}
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.waiting:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _LoaderThenCallbacks(spec.loader, self.waiting.pop(name))
+        return spec
+
+
+class _LoaderThenCallbacks(importlib.abc.Loader):
+    def __init__(self, loader, callbacks):
+        self.loader, self.callbacks = loader, callbacks
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        for callback in self.callbacks:
+            callback()
+
+    def __getattr__(self, name):  # get_source, get_filename, ...: what tracebacks and inspect ask the loader
+        return getattr(self.loader, name)
+
+
+_after_import = _RunAfterImport()
+
+
+def after_import(module_name: str, callback: Callable[[], None]) -> None:
+    """Run `callback` now if `module_name` is imported, else right after it is."""
+    if module_name in sys.modules:
+        callback()
+        return
+    if _after_import not in sys.meta_path:
+        sys.meta_path.insert(0, _after_import)
+    _after_import.waiting.setdefault(module_name, []).append(callback)

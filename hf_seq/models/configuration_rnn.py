@@ -10,8 +10,10 @@ from .config_utils import (
     fill_auto_map,
     resolve_options,
 )
-from .recurrent import CELL_TYPES, NONLINEARITIES
 
+# Defined here, not in recurrent.py, so that the config imports without transformers' modeling code.
+CELL_TYPES = ("elman", "gated", "gru", "lstm")
+NONLINEARITIES = ("tanh", "relu")
 CLASSIFIER_POOLINGS = ("last", "mean", "max")
 
 

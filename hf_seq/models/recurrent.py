@@ -41,8 +41,7 @@ from torch.autograd.function import once_differentiable
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-CELL_TYPES = ("elman", "gated", "gru", "lstm")
-NONLINEARITIES = ("tanh", "relu")
+from .configuration_rnn import CELL_TYPES, NONLINEARITIES
 
 
 # ---------------------------------------------------------------------------------------- the gated Elman network
