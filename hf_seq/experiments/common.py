@@ -1,0 +1,230 @@
+"""What every experiment shares: writing results.md / results.json, claims, figures, a small training loop, threads,
+and the language-model metrics (the same computation the training loop and `hf-seq evaluate` report)."""
+
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from transformers import get_cosine_schedule_with_warmup
+
+
+def lm_metrics(nll_nats: float, tokens: int, num_bytes: int, prefix: str = "eval") -> dict:
+    """Stands in for `hf_seq.evaluation.lm_metrics` (same signature and keys) until it lands; then this function
+    becomes `from hf_seq.evaluation import lm_metrics`. NLL per token in nats, its perplexity, and bits per byte."""
+    loss = nll_nats / max(tokens, 1)
+    return {
+        f"{prefix}_loss": loss,
+        f"{prefix}_perplexity": math.exp(min(loss, 700.0)),
+        f"{prefix}_bits_per_byte": nll_nats / math.log(2) / max(num_bytes, 1),
+        f"{prefix}_tokens": tokens,
+        f"{prefix}_bytes": num_bytes,
+    }
+
+
+def claim(claim: str, measured: str, agrees: bool) -> dict:
+    """One row of the claims table: what the lecture claims, what this run measured, and whether they agree."""
+    return {"claim": claim, "measured": measured, "agrees": bool(agrees)}
+
+
+def token_byte_lengths(tokenizer) -> torch.LongTensor:
+    """Stands in for `hf_seq.evaluation.token_byte_lengths` until it lands (then the import replaces it): the UTF-8
+    bytes each token id stands for, 0 for special tokens (decoded one by one: exact for ASCII text)."""
+    special = set(tokenizer.all_special_ids)
+    return torch.tensor(
+        [0 if i in special else len(tokenizer.decode([i]).encode("utf-8")) for i in range(len(tokenizer))]
+    )
+
+
+def stdlib_tokenizer_and_blocks(
+    vocab_size: int, train_chars: int, heldout_chars: int, block_size: int, style: str = "byte_level"
+) -> tuple:
+    """A BPE tokenizer trained on the first `train_chars` characters of the standard library sources (files in a
+    fixed order), and (training blocks, held-out blocks) of `block_size` token ids, (N, block_size) each: the text
+    packed in document order with EOS between files; the held-out text is the files that follow."""
+    from hf_seq.data import pack_token_ids, stdlib_texts
+    from hf_seq.tokenization import train_bpe_tokenizer
+
+    texts = stdlib_texts(max_chars=train_chars + heldout_chars)
+    split, total = len(texts), 0
+    for i, text in enumerate(texts):
+        total += len(text)
+        if total >= train_chars:
+            split = i + 1
+            break
+    train_texts, heldout_texts = texts[:split], texts[split:] or texts[-1:]
+    tokenizer = train_bpe_tokenizer(train_texts, vocab_size=vocab_size, style=style, show_progress=False)
+    separator = tokenizer.eos_token_id if style == "byte_level" else tokenizer.sep_token_id
+
+    def blocks(part):
+        documents = (tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] for text in part)
+        return torch.tensor(list(pack_token_ids(documents, block_size, separator)))
+
+    return tokenizer, blocks(train_texts), blocks(heldout_texts)
+
+
+@contextmanager
+def torch_threads(n: int | None):
+    """Run the block on `n` torch threads (None: leave it). Small recurrent steps gain nothing from a second thread
+    and lose a barrier per step on a busy machine, so most experiments train on one."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train(
+    model,
+    batch: Callable[[int], dict],
+    steps: int,
+    learning_rate: float,
+    warmup: int | None = None,
+    clip: float = 1.0,
+    weight_decay: float = 0.0,
+    before_step: Callable[[int], None] | None = None,
+) -> dict:
+    """AdamW on `model(**batch(step)).loss` for `steps` steps, linear warm-up then cosine decay, gradient clipping.
+    `before_step(step)` runs before each step (e.g. to set a scheduled-sampling probability). Returns the losses and
+    the wall-clock seconds."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    warmup = min(100, steps // 10 + 1) if warmup is None else warmup
+    scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, steps)
+    model.train()
+    losses, start = [], time.perf_counter()
+    for step in range(steps):
+        if before_step is not None:
+            before_step(step)
+        loss = model(**batch(step)).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    model.eval()
+    tail = losses[-max(1, steps // 20) :]
+    return {"losses": losses, "final_loss": sum(tail) / len(tail), "seconds": time.perf_counter() - start}
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def figure(width: float, height: float):
+    """A matplotlib Figure on the Agg canvas: no window, pyplot's global state left alone."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    return path.name
+
+
+def markdown_table(header: Iterable[str], rows: Iterable[Iterable]) -> str:
+    header = list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def claims_table(claims: list[dict]) -> str:
+    return markdown_table(
+        ("the lecture claims", "this run measured", "agrees"),
+        ((c["claim"], c["measured"], "yes" if c["agrees"] else "**no**") for c in claims),
+    )
+
+
+def machine() -> dict:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {
+        "cpu": platform.machine(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__.split("+")[0],
+        "load_average": [round(x, 2) for x in load],
+    }
+
+
+def finish(name: str, title: str, output_dir: Path, results: dict, body: str, started: float, plots: list[str]) -> dict:
+    """Write results.json (`results` plus timing, machine and plot names) and results.md (title, command, `body`,
+    the claims table, the plots); return the results."""
+    results = {
+        "experiment": name,
+        **results,
+        "seconds": round(time.perf_counter() - started, 1),
+        "machine": machine(),
+        "plots": plots,
+    }
+    quick = " --quick" if results.get("options", {}).get("quick") else ""
+    results["command"] = f"hf-seq experiment {name}{quick}"
+    text = "\n\n".join(
+        [
+            f"# {title}",
+            f"`{results['command']}`: {results['seconds']:.0f} s on {results['machine']['cores']} CPU cores "
+            f"(load average {results['machine']['load_average'][0]:.2f} at the end).",
+            body.strip(),
+            "## What the lecture claims, and what this run measured",
+            claims_table(results["claims"]),
+            *(f"![{plot}]({plot})" for plot in plots),
+        ]
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "results.md").write_text(text + "\n")
+    (output_dir / "results.json").write_text(json.dumps(_plain(results), indent=1, allow_nan=False) + "\n")
+    return results
+
+
+def _plain(value):
+    """JSON-ready: paths as strings, tuples as lists, NaN and infinities as null (JSON has no such numbers)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def output_folder(output_dir, name: str) -> Path:
+    path = Path(output_dir if output_dir is not None else Path("hf-seq-experiments") / name)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_options(name: str, options: dict, allowed: dict) -> dict:
+    """`allowed` holds each option's default; an unknown option is an error naming the allowed ones."""
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"{name}.run: unknown option(s) {unknown}; allowed options: {sorted(allowed)}.")
+    return {**allowed, **options}
+
+
+# Synthetic letter tasks (hf_seq.data.sequence_reversal) read one token per letter; ids of the special tokens first.
+PAD, BOS, EOS, SEP = 0, 1, 2, 3
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+LETTER_IDS = {letter: i + 4 for i, letter in enumerate(LETTERS)}
+ID_TOKENS = {i: letter for letter, i in LETTER_IDS.items()} | {PAD: "<pad>", BOS: "<s>", EOS: "</s>", SEP: "|"}
+LETTER_VOCAB_SIZE = len(ID_TOKENS)
+
+
+def letter_ids(text: str) -> list[int]:
+    """'k d a' -> the letters' ids (the synthetic tasks separate symbols by spaces)."""
+    return [LETTER_IDS[c] for c in text.split()]
