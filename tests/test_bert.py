@@ -93,6 +93,39 @@ def test_mlm_loss_is_the_mean_over_positions_not_labelled_minus_100():
     assert not torch.allclose(loss, torch.nn.functional.cross_entropy(logits.reshape(-1, 99), ids.reshape(-1)))
 
 
+def test_mlm_training_scores_only_labelled_positions_with_the_full_loss_and_gradients():
+    """In training the head runs on the positions with a label only; loss and every gradient equal the full
+    computation's (logits for all positions), also with Trainer's num_items_in_batch."""
+    ids = torch.randint(3, 99, (3, 10))
+    labels = torch.where(torch.rand(ids.shape) < 0.3, ids, -100)
+    labels[0, 0], labels[2, :] = 5, -100  # a row with nothing to predict
+    for kwargs in ({}, {"num_items_in_batch": torch.tensor(11)}):
+        grads, losses = [], []
+        for full in (False, True):
+            model = make(BERTForMaskedLM, hidden_dropout=0.0, attention_dropout=0.0).train()
+            out = model(ids, labels=labels, full_logits=full, **kwargs)
+            out.loss.backward()
+            losses.append(out.loss.detach())
+            grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+        kept = labels != -100
+        assert out.logits.shape == (3, 10, 99)
+        sparse_logits = make(BERTForMaskedLM, hidden_dropout=0.0, attention_dropout=0.0).train()(ids, labels=labels)
+        assert sparse_logits.logits.shape == (int(kept.sum()), 99)
+        torch.testing.assert_close(sparse_logits.logits, out.logits[kept].detach())
+        torch.testing.assert_close(losses[0], losses[1])
+        assert grads[0].keys() == grads[1].keys() and len(grads[0]) == len(list(model.parameters()))
+        for name in grads[0]:
+            torch.testing.assert_close(grads[0][name], grads[1][name], msg=name)
+
+
+def test_mlm_logits_cover_every_position_without_labels_and_in_eval_mode():
+    model = make(BERTForMaskedLM).train()
+    ids = torch.randint(3, 99, (2, 7))
+    labels = torch.where(torch.arange(7) == 3, ids, -100)
+    assert model(ids).logits.shape == (2, 7, 99)
+    assert model.eval()(ids, labels=labels).logits.shape == (2, 7, 99)
+
+
 def test_decoder_is_tied_to_word_embeddings_with_its_own_bias():
     model = make(BERTForMaskedLM)
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight

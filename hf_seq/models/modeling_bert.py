@@ -107,7 +107,7 @@ class BERTLMHead(nn.Module):
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
 
     def forward(self, hidden_states):
-        return self.decoder(self.norm(self.activation(self.dense(hidden_states))))  # (B, T, V)
+        return self.decoder(self.norm(self.activation(self.dense(hidden_states))))  # (..., V)
 
 
 class BERTPreTrainedModel(CheckedPreTrainedModel):
@@ -232,10 +232,17 @@ class BERTForMaskedLM(BERTPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        full_logits: bool = False,
         **kwargs,
     ) -> MaskedLMOutput:
         """`labels`: the original id at each masked position and -100 elsewhere (what
-        `DataCollatorForLanguageModeling` returns); the loss is the cross-entropy over the masked positions."""
+        `DataCollatorForLanguageModeling` returns); the loss is the cross-entropy over the masked positions.
+
+        In training with labels, the head runs only where a label is not -100 (about 15% of the tokens): the vocabulary
+        projection and its (tokens, V) logits are most of a small BERT's work, and the other positions' logits would
+        be computed only to be ignored. The loss and its gradients are those of the full computation, and `logits`
+        is then (N, V) for the N scored positions, in the order of `labels[labels != -100]`. Without labels, in eval
+        mode, or with `full_logits=True`, `logits` is (B, T, V) for every position."""
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -244,7 +251,11 @@ class BERTForMaskedLM(BERTPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
+        hidden_states = outputs.last_hidden_state
+        if labels is not None and self.training and not full_logits:
+            scored = labels.ne(-100)
+            hidden_states, labels = hidden_states[scored], labels[scored]  # (N, H), (N,)
+        logits = self.lm_head(hidden_states)
         loss = None
         if labels is not None:
             # transformers' masked-LM loss ignores -100 and divides by Trainer's `num_items_in_batch` when given, so
