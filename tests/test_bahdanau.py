@@ -79,6 +79,47 @@ class TestBahdanauLSTMNone(TestBahdanauGRUAdditive):
     expensive_checks = False
 
 
+CLASSIC = dict(
+    attention_type="none",
+    encoder_bidirectional=False,
+    bridge="final_state",
+    decoder_input="embedding",
+    output_layer="linear",
+)
+
+
+class TestClassicGRU(TestBahdanauGRUAdditive):
+    """Cho et al. 2014 without the context at every step: the decoder starts from the encoder's final state, reads
+    its previous token, and predicts from its state; two vocabularies."""
+
+    config_overrides = dict(CLASSIC, source_vocab_size=99)
+    expensive_checks = True
+
+
+class TestClassicSutskeverLSTM(TestBahdanauGRUAdditive):
+    """Sutskever et al. 2014: stacked LSTM, reversed source, (h, c) of each layer handed over, output tied to the
+    target embeddings."""
+
+    config_overrides = dict(CLASSIC, cell_type="lstm", reverse_source=True, embedding_size=16, tie_word_embeddings=True)
+    expensive_checks = False
+
+
+class TestClassicFlagsWithAttention(TestBahdanauGRUAdditive):
+    """The flags compose with attention: a unidirectional LSTM encoder, a linear bridge, a linear output."""
+
+    config_overrides = dict(
+        cell_type="lstm", encoder_bidirectional=False, bridge="linear", output_layer="linear", reverse_source=True
+    )
+    expensive_checks = False
+
+
+class TestZerosBridgeGeneralAttention(TestBahdanauGRUAdditive):
+    """s_0 = 0 and only the embedding as decoder input: the source reaches the decoder through the deep output."""
+
+    config_overrides = dict(attention_type="general", bridge="zeros", decoder_input="embedding")
+    expensive_checks = False
+
+
 TINY = dict(
     vocab_size=99,
     hidden_size=16,
@@ -381,6 +422,68 @@ def test_pipeline_decodes_what_generate_produces(tokenizer, task, key):
     assert pipe(texts[0], max_new_tokens=6) == [{key: by_hand(texts[0])[0]}]
     expected = [{key: by_hand(text, num_beams=3)[0]} for text in texts]
     assert pipe(texts, max_new_tokens=6, num_beams=3, batch_size=2) == expected  # a right-padded batch
+
+
+@pytest.mark.parametrize("family", ["bahdanau-classic", "transformer"])
+def test_translation_pipeline_from_a_folder_where_hf_seq_is_not_installed(tokenizer, tmp_path, family):
+    """transformers 5 has no translation task: the saved folder brings its own pipeline (config.json's
+    `custom_pipelines`), which a fresh process without hf-seq builds with trust_remote_code=True. Here hf-seq
+    serves the same folder with its registered pipeline, no trust_remote_code needed."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from hf_seq import TransformerConfig, TransformerForConditionalGeneration
+
+    if family == "transformer":
+        torch.manual_seed(0)
+        config = TransformerConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
+        model = TransformerForConditionalGeneration(config).eval()
+    else:
+        model = tiny_model(vocab_size=len(tokenizer), **CLASSIC, reverse_source=True)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert json.loads((tmp_path / "model" / "config.json").read_text())["custom_pipelines"]["translation"]["impl"] == (
+        "pipeline_translation.TranslationPipeline"
+    )
+    assert not hasattr(model.config, "custom_pipelines")  # written to the folder, not left on the live config
+    texts = ["a b c d", "x y z"]
+    encoded = tokenizer(texts, return_tensors="pt", padding=True)
+    ids = model.generate(**encoded, num_beams=2, max_new_tokens=6, pad_token_id=PAD)
+    expected = [{"translation_text": text} for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+    here = transformers.pipeline("translation", model=str(tmp_path / "model"), num_beams=2, max_new_tokens=6)
+    assert here(texts) == expected
+
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.modules["hf_seq"] = None  # any import of the package now fails
+        import transformers
+        pipe = transformers.pipeline(
+            "translation", model={str(tmp_path / "model")!r}, trust_remote_code=True, num_beams=2, max_new_tokens=6
+        )
+        assert type(pipe).__module__.startswith("transformers_modules"), type(pipe).__module__
+        assert type(pipe.model).__module__.startswith("transformers_modules"), type(pipe.model).__module__
+        print(json.dumps(pipe({texts!r})))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
 
 
 def test_seq2seq_trainer_trains_and_predicts_with_generate(tokenizer, tmp_path):

@@ -11,6 +11,7 @@ from .config_utils import (
     resolve_options,
 )
 from .layers import ACTIVATIONS, NORM_TYPES
+from .seq2seq import drop_pipelines_registered_here
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 NORM_POSITIONS = ("post", "pre")
@@ -87,6 +88,7 @@ class TransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
+        drop_pipelines_registered_here(kwargs)  # a saved folder's translation pipeline, when hf-seq serves it here
         resolve_options(self, kwargs)
         check_positive(
             self,

@@ -18,7 +18,6 @@ import math
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
@@ -35,42 +34,14 @@ from .attention import MultiHeadAttention
 from .configuration_transformer import TransformerConfig
 from .layers import FeedForward, make_norm
 from .positional import SinusoidalPositionalEmbedding
-from .utils import check_attention_mask, positions_from_attention_mask
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.LongTensor:
-    """Teacher forcing: the decoder reads the start token and then the targets but the last, so that its output at
-    position t is scored against labels[:, t]. Ignored labels (-100) become padding."""
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-def seq2seq_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    label_smoothing: float = 0.0,
-    num_items_in_batch: torch.Tensor | int | None = None,
-) -> torch.Tensor:
-    """Cross-entropy of each target token, with labels aligned to the logits (no shift: the decoder inputs are the
-    shifted ones) and -100 ignored. With `label_smoothing` = eps the target distribution is (1 - eps) on the label
-    plus eps / V everywhere (Szegedy et al. 2016; the paper's section 5.4 uses eps = 0.1).
-
-    Trainer passes `num_items_in_batch` (the count of scored tokens over all accumulated micro-batches): the loss is
-    then a sum divided by it, so gradient accumulation gives exactly the full-batch gradient."""
-    reduction = "mean" if num_items_in_batch is None else "sum"
-    loss = nn.functional.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]),
-        labels.reshape(-1).to(logits.device),
-        ignore_index=-100,
-        reduction=reduction,
-        label_smoothing=label_smoothing,
-    )
-    if num_items_in_batch is not None:
-        loss = loss / (
-            num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
-        )
-    return loss
+from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin, as_encoder_output, seq2seq_loss, shift_tokens_right
+from .utils import (
+    CheckedGenerationMixin,
+    CheckedPreTrainedModel,
+    check_attention_mask,
+    check_input_ids,
+    positions_from_attention_mask,
+)
 
 
 def _check_attention_weights_available(config, output_attentions: bool) -> None:
@@ -156,7 +127,7 @@ class TransformerDecoderLayer(TransformerLayer):
         return self.feed_forward(x), self_weights, cross_weights
 
 
-class TransformerPreTrainedModel(PreTrainedModel):
+class TransformerPreTrainedModel(Seq2SeqPreTrainedMixin, CheckedPreTrainedModel):
     config_class = TransformerConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
@@ -183,17 +154,6 @@ class TransformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.Linear) and not getattr(module.weight, "_is_hf_initialized", False):
             for block in module.weight.split(self._projection_width(module)):  # q, k, v of a fused projection
                 nn.init.xavier_uniform_(block)
-
-    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
-        """transformers resizes the input embeddings and an untied output projection; an untied decoder has a third
-        matrix over the same vocabulary."""
-        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        decoder = self.get_decoder()
-        if decoder.embed_tokens.weight.shape != embeddings.weight.shape:
-            decoder.embed_tokens = self._get_resized_embeddings(
-                decoder.embed_tokens, new_num_tokens, pad_to_multiple_of, mean_resizing
-            )
-        return embeddings
 
     def _projection_width(self, linear: nn.Linear) -> int:
         for attention in self.modules():
@@ -225,6 +185,7 @@ class TransformerStack(nn.Module):
     def input_shape(self, input_ids, inputs_embeds) -> tuple[int, int, torch.device]:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"{type(self).__name__}: pass exactly one of input_ids or inputs_embeds.")
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings, self.input_name)
         tokens = input_ids if input_ids is not None else inputs_embeds
         return tokens.shape[0], tokens.shape[1], tokens.device
 
@@ -242,6 +203,8 @@ class TransformerStack(nn.Module):
 
 
 class TransformerEncoder(TransformerStack):
+    input_name = "input_ids"
+
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.layers = nn.ModuleList(TransformerEncoderLayer(config, i) for i in range(config.encoder_layers))
@@ -282,6 +245,8 @@ class TransformerEncoder(TransformerStack):
 
 
 class TransformerDecoder(TransformerStack):
+    input_name = "decoder_input_ids"
+
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.layers = nn.ModuleList(TransformerDecoderLayer(config, i) for i in range(config.decoder_layers))
@@ -363,20 +328,6 @@ class TransformerModel(TransformerPreTrainedModel):
         self.decoder = TransformerDecoder(config)
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.encoder.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.encoder.embed_tokens = value
-        if self.config.tie_word_embeddings:
-            self.decoder.embed_tokens = value
-
-    def get_encoder(self, modality: str | None = None):
-        return self.encoder
-
-    def get_decoder(self):
-        return self.decoder
-
     @can_return_tuple
     def forward(
         self,
@@ -405,8 +356,8 @@ class TransformerModel(TransformerPreTrainedModel):
                 output_hidden_states=output_hidden_states,
                 **kwargs,
             )
-        elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, from return_dict=False
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        else:
+            encoder_outputs = as_encoder_output(encoder_outputs)
         encoder_states = encoder_outputs.last_hidden_state  # (B, S, C)
         check_attention_mask(attention_mask, *encoder_states.shape[:2])
         decoder_outputs = self.decoder(
@@ -434,7 +385,7 @@ class TransformerModel(TransformerPreTrainedModel):
         )
 
 
-class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
+class TransformerForConditionalGeneration(Seq2SeqLMMixin, TransformerPreTrainedModel, CheckedGenerationMixin):
     """The translation model: p(y_t | y_<t, x) over the shared vocabulary, trained with (label-smoothed)
     cross-entropy, decoded with `generate()` (greedy, sampling, beam search with length penalty)."""
 
@@ -448,35 +399,6 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         self.model = TransformerModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=config.output_bias)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value):
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-    def get_encoder(self, modality: str | None = None):
-        return self.model.encoder
-
-    def get_decoder(self):
-        return self.model.decoder
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.LongTensor:
-        """Called by `DataCollatorForSeq2Seq` and by `forward` when only labels are given."""
-        config = self.config
-        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
-        if start is None or config.pad_token_id is None:
-            raise ValueError(
-                "TransformerForConditionalGeneration: building decoder_input_ids from labels needs "
-                "config.decoder_start_token_id (or bos_token_id) and config.pad_token_id."
-            )
-        return shift_tokens_right(labels, config.pad_token_id, start)
 
     @can_return_tuple
     def forward(
@@ -514,11 +436,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             use_cache=use_cache,
             **kwargs,
         )
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(outputs.last_hidden_state[:, keep, :])  # (B, T, V)
-        loss = None
-        if labels is not None:
-            loss = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+        logits, loss = self.logits_and_loss(outputs.last_hidden_state, labels, logits_to_keep, num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

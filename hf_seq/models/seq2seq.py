@@ -134,6 +134,10 @@ class Seq2SeqLMMixin(Seq2SeqPreTrainedMixin):
         """Also records the text-to-text pipelines in `config.json` (`custom_pipelines`) and copies their module
         beside the modeling code: transformers 5 has no translation pipeline, and a folder loaded where hf-seq is not
         installed brings its own (`pipeline("translation", model=folder, trust_remote_code=True)`)."""
+        # transformers' pipelines first: whatever runs on their import (`import hf_seq` registers its pipelines,
+        # from that very module) must not find the module below half imported.
+        import transformers.pipelines  # noqa: F401
+
         from .pipeline_translation import custom_pipelines  # a relative import: saving copies the module
 
         previous = getattr(self.config, "custom_pipelines", None)
