@@ -154,7 +154,16 @@ def source_batch(seed=0, side="right"):
 
 
 # ------------------------------------------------------------------------------------------------ configuration
-@pytest.mark.parametrize("option, value", [("cell_type", "elman"), ("attention_type", "luong")])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("cell_type", "elman"),
+        ("attention_type", "luong"),
+        ("bridge", "tanh"),
+        ("decoder_input", "context"),
+        ("output_layer", "maxout"),
+    ],
+)
 def test_config_rejects_unknown_values_listing_the_allowed_ones(option, value):
     with pytest.raises(ValueError, match=rf"{option}='{value}' is not supported; allowed values: \["):
         BahdanauConfig(**{**TINY, option: value})
@@ -288,6 +297,102 @@ def test_resize_token_embeddings_resizes_source_target_and_output(tie):
     assert (decoder.embed_tokens.weight is model.get_input_embeddings().weight) == tie
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([[110, 5]]), decoder_input_ids=torch.tensor([[1, 115]])).logits
+    assert logits.shape == (1, 2, 120)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (dict(bridge="final_state", decoder_hidden_size=16), r"final state of that layer as it is \(\[->h; <-h\]"),
+        (dict(bridge="final_state", encoder_bidirectional=False, decoder_hidden_size=8), "must equal 16, got 8"),
+        (dict(decoder_input="embedding", output_layer="linear"), "would reach neither the recurrence nor the output"),
+        (dict(CLASSIC, bridge="zeros"), "never reads the source"),
+        (dict(CLASSIC, tie_word_embeddings=True), r"decoder_hidden_size \(output_layer='linear'\) \(16\) must equal"),
+        (dict(attention_type="dot", encoder_bidirectional=False, decoder_hidden_size=32), r"h, hidden_size\) = 16"),
+    ],
+)
+def test_flag_combinations_that_do_not_fit_are_explained(flags, message):
+    with pytest.raises(ValueError, match=message):
+        BahdanauConfig(**{**TINY, **flags})
+
+
+def test_classic_defaults_follow_the_encoder():
+    """The decoder size a flag needs is derived, so the papers' settings need no size arithmetic."""
+    assert BahdanauConfig(hidden_size=16, bridge="final_state").decoder_hidden_size == 32  # [->h_S; <-h_1]
+    assert BahdanauConfig(hidden_size=16, bridge="final_state", encoder_bidirectional=False).decoder_hidden_size == 16
+    config = BahdanauConfig(**{**TINY, **CLASSIC, "source_vocab_size": 40})
+    model = BahdanauForConditionalGeneration(config)
+    assert model.get_input_embeddings().weight.shape == (40, 12) and model.lm_head.weight.shape == (99, 16)
+    assert not hasattr(model.model.decoder, "deep_output") and model.model.decoder.rnn.layers[0].rnn.input_size == 12
+
+
+def test_reverse_source_reads_backwards_and_keeps_source_order():
+    """h_j of the reversed reading is the plain encoder's state on the flipped sentence, at the mirrored position,
+    for every row of a left-padded batch."""
+    reversed_model = tiny_model(reverse_source=True)
+    plain = tiny_model(reverse_source=False)
+    batch = source_batch(side="left")
+    with torch.no_grad():
+        annotations = reversed_model.get_encoder()(**batch).last_hidden_state
+        for row in range(2):
+            real = batch["attention_mask"][row].bool()
+            flipped = batch["input_ids"][row][real].flip(0)[None]
+            expected = plain.get_encoder()(input_ids=flipped).last_hidden_state[0].flip(0)
+            torch.testing.assert_close(annotations[row][real], expected)
+            assert (annotations[row][~real] == 0).all()
+
+
+EMBEDS_VARIANTS = {
+    "classic": dict(CLASSIC, cell_type="lstm", reverse_source=True, source_vocab_size=50, num_hidden_layers=2),
+    "attention": dict(encoder_bidirectional=False, reverse_source=True, bridge="linear", output_layer="linear"),
+    "zeros": dict(attention_type="general", bridge="zeros", decoder_input="embedding", source_vocab_size=60),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(EMBEDS_VARIANTS))
+def test_inputs_embeds_give_what_the_ids_give(variant):
+    model = tiny_model(**EMBEDS_VARIANTS[variant])
+    batch = source_batch(side="left")
+    batch["input_ids"] = batch["input_ids"] % 50  # inside the smallest source vocabulary
+    targets = torch.randint(FIRST_WORD, 99, (2, 5))
+    with torch.no_grad():
+        from_ids = model(**batch, decoder_input_ids=targets).logits
+        from_embeds = model(
+            inputs_embeds=model.get_input_embeddings()(batch["input_ids"]),
+            attention_mask=batch["attention_mask"],
+            decoder_inputs_embeds=model.get_decoder().embed_tokens(targets),
+        ).logits
+    torch.testing.assert_close(from_embeds, from_ids, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("attention_type", ["none", "additive"])
+def test_returned_hidden_states_are_the_tensors_of_the_graph(attention_type):
+    """retain_grad() on a returned state gets the gradient of the loss: every layer without attention (the layers
+    run over the whole target), the embeddings and the top layer with it (the states the output reads)."""
+    flags = dict(CLASSIC, num_hidden_layers=2) if attention_type == "none" else dict(num_hidden_layers=2)
+    model = tiny_model(**flags).train()
+    out = model(**source_batch(), labels=torch.randint(FIRST_WORD, 99, (2, 5)), output_hidden_states=True)
+    decoder_states, encoder_states = out.decoder_hidden_states, out.encoder_hidden_states
+    graph = list(decoder_states) if attention_type == "none" else [decoder_states[0], decoder_states[-1]]
+    graph.append(encoder_states[0])  # the source embeddings the encoder read
+    if attention_type != "none":  # the classic decoder reads the encoder's final states, not the annotations
+        graph.append(out.encoder_last_hidden_state)
+    for tensor in graph:
+        tensor.retain_grad()
+    out.loss.backward()
+    for tensor in graph:
+        assert tensor.grad is not None and tensor.grad.abs().sum() > 0
+
+
+def test_resize_with_a_separate_source_vocabulary_resizes_the_target_side():
+    model = tiny_model(**CLASSIC, source_vocab_size=40, embedding_size=16, tie_word_embeddings=True)
+    model.resize_token_embeddings(120)
+    decoder = model.get_decoder()
+    assert model.get_input_embeddings().weight.shape[0] == 40 and model.config.source_vocab_size == 40
+    assert decoder.embed_tokens.weight.shape[0] == model.lm_head.weight.shape[0] == model.config.vocab_size == 120
+    assert model.lm_head.weight is decoder.embed_tokens.weight  # tied to the target embeddings only
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[39, 5]]), decoder_input_ids=torch.tensor([[1, 115]])).logits
     assert logits.shape == (1, 2, 120)
 
 
