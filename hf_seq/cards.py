@@ -20,12 +20,17 @@ PIPELINE_TAGS = {
     "AutoModelForQuestionAnswering": "question-answering",
     "AutoModel": "feature-extraction",
 }
-METRIC_NAMES = {
-    "perplexity": ("perplexity", "Perplexity"),
-    "eval_loss": ("loss", "Evaluation loss (nats/token)"),
-    "bleu": ("bleu", "BLEU (sacrebleu)"),
-    "accuracy": ("accuracy", "Accuracy"),
-    "f1": ("f1", "F1"),
+METRIC_NAMES = {  # the names metrics.json uses -> (model-index type, what the card calls it)
+    f"{prefix}_{key}": (kind, f"{label} ({split})")
+    for prefix, split in (("eval", "validation"), ("test", "test"))
+    for key, kind, label in (
+        ("bits_per_byte", "bits_per_byte", "Bits per byte"),
+        ("perplexity", "perplexity", "Perplexity per token"),
+        ("loss", "loss", "NLL per token (nats, no label smoothing)"),
+        ("bleu", "bleu", "BLEU (sacrebleu)"),
+        ("accuracy", "accuracy", "Accuracy"),
+        ("f1", "f1", "F1"),
+    )
 }
 DATA_DESCRIPTIONS = {
     "stdlib": "the CPython standard library sources (`.py` files, tests excluded) of the training machine",
@@ -143,6 +148,26 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
                 f"\n\nMeasured by the training run on its held-out split after {metrics['steps']} steps "
                 f"({metrics.get('tokens', 0):,} training tokens, {metrics.get('seconds', 0):.0f} s)."
             )
+        for prefix, split in (("eval", "validation"), ("test", "test")):
+            scored, total = metrics.get(f"{prefix}_examples"), metrics.get(f"{prefix}_examples_total")
+            if scored:
+                what = (
+                    f"{scored} of {total} examples (capped by `data.eval_examples`)"
+                    if total
+                    else f"all {scored} examples"
+                )
+                counted = (
+                    f", {metrics[f'{prefix}_tokens']:,} tokens, {metrics[f'{prefix}_bytes']:,} bytes"
+                    if f"{prefix}_tokens" in metrics
+                    else ""
+                )
+                extra += f" The {split} figures score {what}{counted}."
+        extra += (
+            " Bits per byte is the total NLL in bits over the UTF-8 bytes of the scored text: it compares models with"
+            " different tokenizers."
+            if "eval_bits_per_byte" in measured
+            else ""
+        )
         evaluation = "| metric | value |\n|---|---|\n" + "\n".join(rows) + extra
     else:
         evaluation = "No evaluation was recorded for this model."

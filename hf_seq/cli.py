@@ -23,7 +23,7 @@ DEMO_RECIPE = {
         "hidden_dropout": 0.0,
     },
     "tokenizer": {"vocab_size": 4096},
-    "data": {"dataset": "stdlib", "block_size": 128, "max_chars": 3_000_000, "eval_examples": 64},
+    "data": {"dataset": "stdlib", "block_size": 128, "max_chars": 3_000_000},
     "training": {
         "output_dir": "hf-seq-demo",
         "max_steps": 500,
@@ -51,7 +51,8 @@ def cmd_demo(args) -> None:
     summary = run(recipe, resume=args.resume)
     print(
         f"{summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.0f}s "
-        f"({summary['tokens_per_second']:,.0f} tokens/s); held-out perplexity {summary['perplexity']:.1f}"
+        f"({summary['tokens_per_second']:,.0f} tokens/s); held-out perplexity {summary['eval_perplexity']:.1f}, "
+        f"{summary['eval_bits_per_byte']:.3f} bits per byte"
     )
     print(f"Model, tokenizer, model card (README.md) and loss curve (loss_curve.png) saved in {out}/")
     print("Reloading the folder through AutoModelForCausalLM; completions from pipeline('text-generation'):")
@@ -74,8 +75,9 @@ def cmd_train(args) -> None:
     from hf_seq.training import run
 
     recipe = load_recipe(args.recipe, args.overrides)  # every check happens here, before any data is read
-    summary = run(recipe, resume=args.resume)
-    print(json.dumps(summary, indent=2))
+    summary = run(recipe, resume=args.resume, overwrite=args.overwrite)
+    if _is_main_process():
+        print(json.dumps(summary, indent=2))
 
 
 def cmd_finetune(args) -> None:
@@ -83,14 +85,22 @@ def cmd_finetune(args) -> None:
     from hf_seq.recipes import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides, command="finetune")
-    print(json.dumps(finetune(recipe, resume=args.resume), indent=2))
+    summary = finetune(recipe, resume=args.resume, overwrite=args.overwrite)
+    if _is_main_process():
+        print(json.dumps(summary, indent=2))
+
+
+def _is_main_process() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"  # torchrun / accelerate launch set RANK in every process
 
 
 def cmd_train_tokenizer(args) -> None:
     from hf_seq.data import load_text_dataset
     from hf_seq.tokenization import train_bpe_tokenizer
 
-    dataset = load_text_dataset(args.dataset if not args.files else args.files, text_column=args.text_column)
+    dataset = load_text_dataset(args.files or args.dataset, text_column=args.text_column)
     tokenizer = train_bpe_tokenizer(
         dataset,
         vocab_size=args.vocab_size,
@@ -117,9 +127,19 @@ def cmd_push(args) -> None:
 def cmd_evaluate(args) -> None:
     """Evaluate a saved model on the held-out split of the recipe it was trained with (recipe.json in the folder),
     or of another recipe, with key=value overrides."""
+    from hf_seq.tasks import describe_scoring
     from hf_seq.training import evaluate_folder
 
-    print(json.dumps(evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides), indent=2))
+    metrics = evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides)
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+        return
+    for key, value in metrics.items():
+        print(f"{key:28s} {value:.6g}" if isinstance(value, float) else f"{key:28s} {value}")
+    for prefix in ("eval", "test"):
+        note = describe_scoring(metrics, prefix)
+        if note:
+            print(f"note: {note}")
 
 
 def cmd_generate(args) -> None:
@@ -135,6 +155,10 @@ def cmd_generate(args) -> None:
     if not prompts:
         raise SystemExit(f"hf-seq generate: --file {args.file} holds no prompts (one prompt per line)")
     _model_folder("generate", args.folder)
+    if args.seed is not None:
+        from transformers import set_seed
+
+        set_seed(args.seed)
     config = AutoConfig.from_pretrained(args.folder)
     task = "translation" if config.is_encoder_decoder else "text-generation"
     generator = pipeline(task, model=args.folder)
@@ -201,12 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. training.max_steps=100 model.hidden_size=64")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output_dir")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output_dir")
     p.set_defaults(func=cmd_train)
 
     p = commands.add_parser("finetune", help="fine-tune with Trainer: sequence/token classification, translation")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.add_argument("--resume", action="store_true", help="continue from the last Trainer checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output_dir")
     p.set_defaults(func=cmd_finetune)
 
     p = commands.add_parser("train-tokenizer", help="train a byte-level or BERT-style BPE tokenizer")
@@ -227,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("evaluate", help="evaluate a saved model (perplexity, BLEU) on its recipe's held-out data")
     p.add_argument("folder")
     p.add_argument("--recipe", help="a recipe to take the data from (default: the folder's recipe.json)")
-    p.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.eval_examples=500")
+    p.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.validation=valid.txt data.test=test.txt")
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.set_defaults(func=cmd_evaluate)
 
     p = commands.add_parser("generate", help="continue prompts (language models) or translate them (seq2seq)")
@@ -240,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=_number_in(0, float("inf"), "> 0"), default=1.0)
     p.add_argument("--top-k", type=_at_least(0), default=50, help="0: no top-k filtering")
     p.add_argument("--top-p", type=_number_in(0, 1, "in (0, 1]"), default=1.0)
+    p.add_argument("--seed", type=int, help="seed the sampling, for output that can be reproduced")
     p.set_defaults(func=cmd_generate)
 
     p = commands.add_parser("push", help="check a saved model loads without hf-seq, then upload it to the Hub")

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import datasets
+import torch
 from transformers import DataCollatorForLanguageModeling
 
 from .tokenization import check_special_tokens
@@ -47,18 +48,41 @@ def stdlib_texts(max_files: int | None = None, max_chars: int | None = None) -> 
     return texts
 
 
-def load_text_dataset(source: str | None = STDLIB, split: str = "train", text_column: str = "text", **kwargs):
-    """A `datasets.Dataset` with a `text_column` column: `stdlib` (the default), local files (.txt/.json/.jsonl/.csv,
-    a path or a list of paths), or a dataset name on the Hub (`name` or `name:config`)."""
+# ---------------------------------------------------------------------------------------------- reading corpora
+TEXT_SUFFIXES = {".txt": "text", ".md": "text", ".py": "text", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+HELD_OUT_SEED = 1234  # the held-out split never depends on the training seed
+
+
+def _looks_like_files(source) -> bool:
+    items = source if isinstance(source, list | tuple) else [source]
+    return all(isinstance(p, str | Path) and (Path(p).suffix in TEXT_SUFFIXES or Path(p).exists()) for p in items)
+
+
+def load_files(paths, what: str = "data.dataset") -> datasets.Dataset:
+    """Local files as rows: .json/.jsonl/.csv by their columns; any other file is plain text, one document per
+    blank-line-separated paragraph (so a book, a code file or a one-sentence-per-line corpus keeps its order), in
+    a `text` column. A missing or unreadable path is an error that names it."""
+    paths = [Path(p) for p in (paths if isinstance(paths, list | tuple) else [paths])]
+    if not paths:
+        raise ValueError(f"{what}: no files given")
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"{what}: file not found: {str(p)!r}")
+    builders = {TEXT_SUFFIXES.get(p.suffix, "text") for p in paths}
+    if len(builders) > 1:
+        raise ValueError(f"{what}: mixes file kinds {sorted(builders)}; give files of one kind (text, json or csv)")
+    builder = builders.pop()
+    kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
+    return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train", **kwargs)
+
+
+def load_text_dataset(source=STDLIB, split: str = "train", text_column: str = "text", **kwargs) -> datasets.Dataset:
+    """A `datasets.Dataset` with a `text_column` column: `stdlib` (the default), local files (a path or a list of
+    paths; see `load_files`), or a dataset on the Hub (`name` or `name:config`)."""
     if source in (None, STDLIB):
         return datasets.Dataset.from_dict({text_column: stdlib_texts(**kwargs)})
-    paths = [Path(p) for p in ([source] if isinstance(source, str | Path) else source)]
-    if all(p.suffix in {".txt", ".json", ".jsonl", ".csv"} for p in paths):
-        missing = [str(p) for p in paths if not p.exists()]
-        if missing:
-            raise FileNotFoundError(f"data file(s) not found: {missing}")
-        builder = {".txt": "text", ".json": "json", ".jsonl": "json", ".csv": "csv"}[paths[0].suffix]
-        dataset = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+    if _looks_like_files(source):
+        dataset = load_files(source)
     else:
         name, _, config = str(source).partition(":")
         dataset = datasets.load_dataset(name, config or None, split=split)
@@ -67,9 +91,64 @@ def load_text_dataset(source: str | None = STDLIB, split: str = "train", text_co
     return dataset
 
 
+def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
+    """The `train`, `validation` and (when there is one) `test` rows of a recipe's data section, with the columns
+    renamed to the task's names (`columns`: task's name -> the dataset's column).
+
+    Held-out data, in order of preference: the files or split named by `data.validation` / `data.test`; a Hub
+    dataset's own `validation` / `test` splits; else `data.eval_fraction` of the documents, drawn with a fixed
+    seed. Training rows keep their order (packing relies on it)."""
+    splits: dict[str, datasets.Dataset] = {}
+    if isinstance(data.dataset, str) and data.dataset in EMBEDDED:
+        splits["train"] = EMBEDDED[data.dataset](data)
+        columns = {name: name for name in columns}  # embedded rows already use the tasks' names
+    elif _looks_like_files(data.dataset):
+        splits["train"] = load_files(data.dataset)
+    else:
+        name, _, config = str(data.dataset).partition(":")
+        hub = datasets.load_dataset(name, config or None)
+        splits = {"train": hub["train"], **{s: hub[s] for s in ("validation", "test") if s in hub}}
+        for split in ("validation", "test"):
+            named = getattr(data, split)
+            if isinstance(named, str) and named in hub:
+                splits[split] = hub[named]
+    for split in ("validation", "test"):
+        named = getattr(data, split)
+        if named is not None and not (isinstance(named, str) and split in splits and named in splits):
+            if not _looks_like_files(named):
+                raise FileNotFoundError(f"data.{split}: {named!r} is neither a file nor a split of {data.dataset!r}")
+            splits[split] = load_files(named, what=f"data.{split}")
+    if data.max_examples is not None:
+        splits["train"] = splits["train"].select(range(min(data.max_examples, len(splits["train"]))))
+    if "validation" not in splits:
+        train = splits["train"]
+        n_eval = max(1, round(len(train) * data.eval_fraction))
+        if n_eval >= len(train):
+            raise ValueError(
+                f"data.eval_fraction={data.eval_fraction} leaves no training rows out of {len(train)}; lower it or "
+                "give data.validation"
+            )
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
+        held_out = sorted(order[:n_eval])
+        splits["validation"] = train.select(held_out)
+        splits["train"] = train.select(sorted(order[n_eval:]))
+    for split, dataset in splits.items():
+        missing = [source for source in columns.values() if source not in dataset.column_names]
+        if missing:
+            raise ValueError(
+                f"the {split} data has no column(s) {missing} (columns: {dataset.column_names}); set "
+                + ", ".join(f"data.{name}_column" for name, source in columns.items() if source in missing)
+            )
+        renamed = dataset.select_columns(list(columns.values()))
+        renamed = renamed.rename_columns({s: n for n, s in columns.items() if s != n})
+        splits[split] = renamed
+    return splits
+
+
+# ---------------------------------------------------------------------------------------------- packing
 def pack_token_ids(documents: Iterable[list[int]], block_size: int, separator: int | None) -> Iterator[list[int]]:
-    """Concatenate tokenized documents (separated by `separator`, e.g. EOS) and cut the stream into blocks of
-    exactly `block_size` tokens; the tail shorter than a block is dropped."""
+    """Concatenate tokenized documents in their order (`separator`, e.g. EOS, after each) and cut the stream into
+    blocks of exactly `block_size` tokens; the tail shorter than a block is dropped."""
     buffer: list[int] = []
     for ids in documents:
         buffer.extend(ids)
@@ -80,30 +159,65 @@ def pack_token_ids(documents: Iterable[list[int]], block_size: int, separator: i
             buffer = buffer[block_size:]
 
 
-def packed_lm_dataset(texts: Iterable[str], tokenizer, block_size: int) -> datasets.Dataset:
-    """Causal-LM training blocks: {'input_ids': [...], 'labels': [...]} with no padding anywhere."""
-    documents = (tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] for text in texts)
-    blocks = list(pack_token_ids(documents, block_size, tokenizer.eos_token_id))
-    if not blocks:
-        raise ValueError(f"the corpus holds fewer than block_size={block_size} tokens; use more text or smaller blocks")
-    return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+def tokenize_texts(dataset: datasets.Dataset, tokenizer, num_proc: int | None = None) -> datasets.Dataset:
+    """The `text` column as token ids (no special tokens), through `datasets.map`: batched, in `num_proc`
+    processes, cached in Arrow files next to a corpus read from disk (a second run with the same tokenizer reuses
+    them), so memory is bounded by the corpus on disk rather than by Python lists."""
+    return dataset.map(
+        lambda batch: {"input_ids": tokenizer(batch["text"], add_special_tokens=False, verbose=False)["input_ids"]},
+        batched=True,
+        remove_columns=dataset.column_names,
+        num_proc=num_proc,
+        desc="tokenizing",
+    )
 
 
-def packed_mlm_dataset(texts: Iterable[str], tokenizer, block_size: int) -> datasets.Dataset:
+def pack_blocks(
+    tokenized: datasets.Dataset,
+    block_size: int,
+    separator: int | None,
+    wrap: tuple[int, int] | None = None,
+    num_proc: int | None = None,
+) -> datasets.Dataset:
+    """Blocks of `block_size` token ids from documents in their order (`pack_token_ids`), one `input_ids` column.
+    `wrap=(first, last)` puts every block between two special tokens (BERT's [CLS] ... [SEP]). The stream is cut
+    per 1,000 documents, so at most a block's worth of tokens per 1,000 documents is dropped."""
+    inner = block_size - (2 if wrap else 0)
+
+    def group(batch):
+        blocks = list(pack_token_ids(batch["input_ids"], inner, separator))
+        return {"input_ids": [[wrap[0], *b, wrap[1]] for b in blocks] if wrap else blocks}
+
+    blocks = tokenized.map(group, batched=True, batch_size=1000, num_proc=num_proc, desc="packing")
+    if len(blocks) == 0:
+        raise ValueError(
+            f"the text holds fewer than block_size={block_size} tokens: use more text or a smaller data.block_size"
+        )
+    return blocks
+
+
+def packed_lm_dataset(texts, tokenizer, block_size: int) -> datasets.Dataset:
+    """Causal-LM blocks of texts (a list or a dataset with a `text` column), `input_ids` and `labels`."""
+    blocks = pack_blocks(tokenize_texts(_as_dataset(texts), tokenizer), block_size, tokenizer.eos_token_id)
+    return blocks.map(lambda batch: {"labels": batch["input_ids"]}, batched=True)
+
+
+def packed_mlm_dataset(texts, tokenizer, block_size: int) -> datasets.Dataset:
     """Masked-LM pretraining blocks, packed as RoBERTa's FULL-SENTENCES inputs (Liu et al. 2019): the documents are
     concatenated with [SEP] between them and cut into blocks of `block_size - 2` tokens, each wrapped as
-    [CLS] block [SEP]. No padding anywhere.
-
-    Columns: `input_ids` and `special_tokens_mask` (so the collator never masks [CLS] / [SEP]). Masking is done per
-    batch by `masked_lm_collator`, so each epoch sees new masks."""
+    [CLS] block [SEP], with a `special_tokens_mask` column. No padding anywhere. Masking is done per batch by `masked_lm_collator` (which never masks
+    [CLS] / [SEP]), so each epoch sees new masks."""
     ids = check_special_tokens(tokenizer, ("cls_token", "sep_token"), purpose="packing masked-LM blocks")
     cls, sep = ids["cls_token"], ids["sep_token"]
-    documents = (tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] for text in texts)
-    blocks = [[cls, *block, sep] for block in pack_token_ids(documents, block_size - 2, sep)]
-    if not blocks:
-        raise ValueError(f"the corpus holds fewer than block_size={block_size} tokens; use more text or smaller blocks")
-    special = [tokenizer.get_special_tokens_mask(block, already_has_special_tokens=True) for block in blocks]
-    return datasets.Dataset.from_dict({"input_ids": blocks, "special_tokens_mask": special})
+    blocks = pack_blocks(tokenize_texts(_as_dataset(texts), tokenizer), block_size, sep, wrap=(cls, sep))
+    special = set(tokenizer.all_special_ids)
+    return blocks.map(
+        lambda b: {"special_tokens_mask": [[int(i in special) for i in ids] for ids in b["input_ids"]]}, batched=True
+    )
+
+
+def _as_dataset(texts) -> datasets.Dataset:
+    return texts if isinstance(texts, datasets.Dataset) else datasets.Dataset.from_dict({"text": list(texts)})
 
 
 def masked_lm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | None = None):
@@ -245,13 +359,6 @@ def python_token_tagging(max_lines: int = 4000, seed: int = 0, max_tokens: int =
     return rows[:max_lines]
 
 
-# Tasks for fine-tuning recipes that need no download: name -> (rows function, task).
-FINETUNE_TASKS = {
-    "parentheses": (parentheses_classification, "sequence_classification"),
-    "python-tokens": (python_token_tagging, "token_classification"),
-}
-
-
 # ---------------------------------------------------------------------------------------------- seq2seq synthetic tasks
 def sequence_reversal(
     num_examples: int = 20000,
@@ -312,4 +419,23 @@ def date_conversion(num_examples: int = 20000, seed: int = 0, min_year: int = 19
 SYNTHETIC_TASKS = {
     "reversal": sequence_reversal,
     "dates": date_conversion,
+}
+
+
+def _rows(make, default: int):
+    def build(data) -> datasets.Dataset:
+        return datasets.Dataset.from_list(make(data.max_examples or default, seed=HELD_OUT_SEED))
+
+    return build
+
+
+# Data that needs no download, by name (recipe `data.dataset`): name -> rows of the data section. Their rows hold
+# the tasks' column names: text; source, target; text, label; tokens, tags.
+EMBEDDED = {
+    STDLIB: lambda data: datasets.Dataset.from_dict({"text": stdlib_texts(max_chars=data.max_chars)}),
+    "gettext": lambda data: datasets.Dataset.from_list(gettext_pairs(data.target_language)),
+    "reversal": _rows(sequence_reversal, 20000),
+    "dates": _rows(date_conversion, 20000),
+    "parentheses": _rows(parentheses_classification, 4000),
+    "python-tokens": _rows(python_token_tagging, 4000),
 }

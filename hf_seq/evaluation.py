@@ -1,10 +1,19 @@
-"""Evaluation metrics, written to be passed to `Trainer(compute_metrics=...)`.
+"""Evaluation: one set of numbers for the training loop, `hf-seq evaluate`, model cards and the experiments.
+
+Language models (causal, masked, the target side of seq2seq) are scored by `evaluate_language_model`: the NLL of
+every predicted token from the model's logits (never the model's own, possibly label-smoothed, loss), its
+perplexity, and bits per byte, the total NLL in bits over the UTF-8 bytes those tokens stand for. Bits per byte
+does not depend on the tokenizer, so models with different vocabularies rank on one number; an n-gram or any other
+scorer reports the same figures through `lm_metrics` and `token_byte_lengths`.
+
+The classification metrics are written to be passed to `Trainer(compute_metrics=...)`:
 
 Trainer(..., compute_metrics=classification_metrics)                            # accuracy, macro F1
 Trainer(..., compute_metrics=token_classification_metrics(config.id2label))    # token accuracy, entity F1
 Seq2SeqTrainer(..., compute_metrics=bleu_metrics(tokenizer))                      # BLEU of generated text
 """
 
+import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -99,4 +108,90 @@ def bleu_metrics(tokenizer) -> Callable[..., dict[str, float]]:
     return compute
 
 
-__all__ = ["bleu_metrics", "classification_metrics", "corpus_bleu", "entity_spans", "token_classification_metrics"]
+# ---------------------------------------------------------------------------------------------- language models
+def lm_metrics(nll_nats: float, tokens: int, num_bytes: int, prefix: str = "eval") -> dict[str, float]:
+    """The language-model figures of a scored text, from its total NLL (nats, summed over `tokens` predicted
+    tokens that stand for `num_bytes` UTF-8 bytes): `{prefix}_loss` (mean NLL per token, nats), its perplexity,
+    `{prefix}_bits_per_byte` (total NLL in bits / bytes), and the two counts."""
+    if tokens <= 0:
+        raise ValueError(f"lm_metrics: no predicted tokens were scored (tokens={tokens}); the held-out set is empty")
+    loss = nll_nats / tokens
+    return {
+        f"{prefix}_loss": loss,
+        f"{prefix}_perplexity": math.exp(min(loss, 700.0)),
+        f"{prefix}_bits_per_byte": nll_nats / math.log(2) / max(num_bytes, 1),
+        f"{prefix}_tokens": int(tokens),
+        f"{prefix}_bytes": int(num_bytes),
+    }
+
+
+def token_byte_lengths(tokenizer):
+    """A LongTensor (len(tokenizer),): how many UTF-8 bytes of text each token id stands for; 0 for special tokens.
+
+    hf-seq's tokenizers are byte-level BPE, whose vocabulary is written in GPT-2's byte alphabet (one character per
+    byte), so a token's length is its byte count exactly, also for a token that holds part of a multi-byte
+    character. For any other tokenizer the bytes of the decoded token are counted (a WordPiece `##` marker and
+    the space a word-level decoder adds are not text and are not counted)."""
+    import torch
+    from tokenizers import pre_tokenizers
+
+    alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+    vocab = tokenizer.get_vocab()
+    special = set(tokenizer.all_special_ids) | {
+        i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if getattr(t, "special", False)
+    }
+    byte_level = all(set(token) <= alphabet for token in vocab if vocab[token] not in special)
+    lengths = torch.zeros(max(len(tokenizer), max(vocab.values()) + 1), dtype=torch.long)
+    for token, index in vocab.items():
+        if index in special:
+            continue
+        if byte_level:
+            lengths[index] = len(token)
+        else:
+            text = tokenizer.convert_tokens_to_string([token.removeprefix("##")]).strip()
+            lengths[index] = len(text.encode("utf-8"))
+    return lengths
+
+
+def evaluate_language_model(
+    model, dataset, collator, batch_size: int, device, byte_lengths, shift_labels: bool, prefix: str = "eval"
+) -> dict[str, float]:
+    """Score a tokenized dataset with `labels` (-100 = not predicted): the NLL of each predicted token under the
+    model's logits, without label smoothing. `shift_labels`: position t predicts labels[t + 1] (causal LMs);
+    otherwise labels[t] (masked LMs, and seq2seq models, whose decoder inputs are the labels shifted right)."""
+    import torch
+    import torch.nn.functional as F
+
+    was_training = model.training
+    model.eval()
+    byte_lengths = byte_lengths.to(device)
+    nll, tokens, num_bytes = 0.0, 0, 0
+    with torch.no_grad():
+        for start in range(0, len(dataset), batch_size):
+            batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
+            batch = {k: v.to(device) for k, v in batch.items() if k != "special_tokens_mask"}
+            labels = batch.pop("labels")
+            if "decoder_input_ids" not in batch and getattr(model.config, "is_encoder_decoder", False):
+                batch["labels"] = labels  # the model shifts them into decoder inputs; its loss is not used
+            logits = model(**batch).logits.float()
+            if shift_labels:
+                logits, labels = logits[:, :-1], labels[:, 1:]
+            kept = labels.ne(-100)
+            targets = labels[kept]
+            nll += F.cross_entropy(logits[kept], targets, reduction="sum").item()
+            tokens += int(targets.numel())
+            num_bytes += int(byte_lengths[targets].sum())
+    model.train(was_training)
+    return lm_metrics(nll, tokens, num_bytes, prefix)
+
+
+__all__ = [
+    "evaluate_language_model",
+    "lm_metrics",
+    "token_byte_lengths",
+    "bleu_metrics",
+    "classification_metrics",
+    "corpus_bleu",
+    "entity_spans",
+    "token_classification_metrics",
+]

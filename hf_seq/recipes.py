@@ -10,17 +10,6 @@ from pathlib import Path
 
 import yaml
 
-PRETRAINING_TASKS = {  # hf-seq train: the accelerate loop
-    "causal_lm": "AutoModelForCausalLM",
-    "masked_lm": "AutoModelForMaskedLM",
-    "seq2seq": "AutoModelForSeq2SeqLM",
-}
-FINETUNING_TASKS = {  # hf-seq finetune: Trainer / Seq2SeqTrainer
-    "sequence_classification": "AutoModelForSequenceClassification",
-    "token_classification": "AutoModelForTokenClassification",
-    "translation": "AutoModelForSeq2SeqLM",
-}
-TASKS = PRETRAINING_TASKS | FINETUNING_TASKS
 SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
 MIXED_PRECISION = ("no", "bf16", "fp16")
 
@@ -39,7 +28,10 @@ class TokenizerRecipe:
 
 @dataclass
 class DataRecipe:
-    dataset: str = "stdlib"  # stdlib | gettext | a synthetic task | local files | a Hub dataset name
+    # stdlib | gettext | reversal | dates | parentheses | python-tokens | local file(s) | a Hub dataset name[:config]
+    dataset: str | list[str] = "stdlib"
+    validation: str | list[str] | None = None  # held-out file(s) or a Hub split; default: the dataset's own split,
+    test: str | list[str] | None = None  # else eval_fraction of the documents (test: only when given or on the Hub)
     text_column: str = "text"
     label_column: str = "label"  # sequence classification
     tokens_column: str = "tokens"  # token classification: words and their tags
@@ -52,8 +44,9 @@ class DataRecipe:
     max_chars: int | None = 3_000_000  # stdlib corpus size
     max_examples: int | None = None
     eval_fraction: float = 0.05
-    eval_examples: int = 256
+    eval_examples: int | None = None  # a cap on the held-out examples (blocks, pairs, rows) scored; None: all
     mlm_probability: float = 0.15
+    num_proc: int | None = None  # processes for tokenization (datasets.map)
 
 
 @dataclass
@@ -61,6 +54,9 @@ class TrainingRecipe:
     output_dir: str = "runs/model"
     seed: int = 0
     max_steps: int = 400
+    max_seconds: float | None = None  # a wall-clock budget: training stops at max_steps or here, whichever is first
+    threads: int | None = None  # torch threads; None: one per core that is not busy (measured at the start)
+    compile: bool = False  # torch.compile the model for the training loop
     batch_size: int = 16  # the global batch: split over processes and accumulation steps
     gradient_accumulation_steps: int = 1
     learning_rate: float = 1e-3
@@ -116,6 +112,9 @@ def _check_type(key: str, value, annotation):
             pass
     if annotation is dict and isinstance(value, dict):
         return value
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(annotation)
+        return [_check_type(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
     if annotation in (int, float, str, bool) and type(value) is annotation:
         return value
     hint = " (YAML reads no/yes/on/off as booleans: quote the value, e.g. 'no')" if isinstance(value, bool) else ""
@@ -208,8 +207,10 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         fam = get_family(recipe.family)
     except KeyError as error:
         raise RecipeError(str(error.args[0])) from None
-    command_tasks = PRETRAINING_TASKS if command == "train" else FINETUNING_TASKS
-    tasks = [task for task, auto in command_tasks.items() if auto in fam.models]
+    from hf_seq.tasks import TASKS
+
+    command_tasks = {name: task for name, task in TASKS.items() if task.command == command}
+    tasks = [name for name, task in command_tasks.items() if task.auto_class in fam.models]
     if recipe.task is None:
         recipe.task = tasks[0] if tasks else None
     if recipe.task not in command_tasks:
@@ -231,6 +232,32 @@ def validate(recipe: Recipe, command: str = "train") -> None:
     for name in ("max_steps", "batch_size", "gradient_accumulation_steps", "eval_every", "save_every"):
         if getattr(t, name) <= 0:
             raise RecipeError(f"recipe key 'training.{name}' must be positive, got {getattr(t, name)}")
+    d = recipe.data
+    for key, value, low, high in (
+        ("data.eval_fraction", d.eval_fraction, 0.0, 1.0),
+        ("data.mlm_probability", d.mlm_probability, 0.0, 1.0),
+    ):
+        if not low < value < high:
+            raise RecipeError(f"recipe key {key!r} must be in the open interval ({low}, {high}), got {value}")
+    for key, value in (
+        ("data.block_size", d.block_size),
+        ("data.eval_examples", d.eval_examples),
+        ("data.max_examples", d.max_examples),
+        ("data.max_chars", d.max_chars),
+        ("data.num_proc", d.num_proc),
+        ("training.threads", t.threads),
+        ("training.max_seconds", t.max_seconds),
+        ("training.keep_checkpoints", t.keep_checkpoints),
+        ("training.generation_max_new_tokens", t.generation_max_new_tokens),
+        ("training.generation_num_beams", t.generation_num_beams),
+    ):
+        if value is not None and value <= 0:
+            raise RecipeError(f"recipe key {key!r} must be positive, got {value}")
+    for key, value in (("training.learning_rate", t.learning_rate), ("training.weight_decay", t.weight_decay)):
+        if value < 0:
+            raise RecipeError(f"recipe key {key!r} must not be negative, got {value}")
+    if not 0 <= t.adam_beta2 < 1:
+        raise RecipeError(f"recipe key 'training.adam_beta2' must be in [0, 1), got {t.adam_beta2}")
     if t.batch_size % t.gradient_accumulation_steps:
         raise RecipeError(
             f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps "

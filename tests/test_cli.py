@@ -37,15 +37,28 @@ def test_demo_trains_saves_reloads_and_generates(demo_run):
         assert (out / name).exists(), name
     metrics = json.loads((out / "metrics.json").read_text())
     card = (out / "README.md").read_text()
-    assert f"{metrics['perplexity']:.4g}" in card  # the card states the measured number
+    for key in ("eval_perplexity", "eval_bits_per_byte"):
+        assert f"{metrics[key]:.4g}" in card  # the card states the measured numbers
 
 
 def test_evaluate_measures_what_training_reported(demo_run, capsys):
     out, _ = demo_run
-    main(["evaluate", str(out)])
+    main(["evaluate", str(out), "--json"])
     measured = json.loads(capsys.readouterr().out)
     reported = json.loads((out / "metrics.json").read_text())
-    assert measured["perplexity"] == pytest.approx(reported["perplexity"], rel=1e-5)
+    for key in ("eval_loss", "eval_perplexity", "eval_bits_per_byte"):
+        assert measured[key] == pytest.approx(reported[key], rel=1e-5)
+    assert measured["eval_tokens"] == reported["eval_tokens"] and measured["eval_bytes"] == reported["eval_bytes"]
+
+
+def test_generate_with_a_seed_repeats_its_samples(demo_run, capsys):
+    out, _ = demo_run
+    args = ["generate", str(out), "--prompt", "def ", "--max-new-tokens", "12", "--do-sample", "--top-k", "50"]
+    outputs = []
+    for seed in (1, 1, 2):
+        main([*args, "--seed", str(seed)])
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0] != outputs[2]
 
 
 def test_generate_from_prompt_and_file(demo_run, tmp_path, capsys):

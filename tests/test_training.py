@@ -82,13 +82,13 @@ def test_overrides_are_typed():
 
 
 def test_shipped_recipes_are_valid():
-    from hf_seq.recipes import FINETUNING_TASKS
+    from hf_seq.tasks import TASKS
 
     paths = sorted((ROOT / "recipes").glob("*.yaml"))
     assert {"gpt", "rnn", "bert", "transformer"} <= {yaml.safe_load(p.read_text())["family"] for p in paths}
     for path in paths:
         task = yaml.safe_load(path.read_text()).get("task")
-        load_recipe(path, command="finetune" if task in FINETUNING_TASKS else "train")
+        load_recipe(path, command=TASKS[task].command if task else "train")
 
 
 def _train(tmp_path, out, extra=(), launcher=(sys.executable, "-m", "hf_seq.cli")):

@@ -1,0 +1,481 @@
+"""The one table of tasks, the way `registry.py` is the one table of families.
+
+A task says what its rows hold, which Auto class models it, the tokenizer style it wants, how rows become model
+inputs, how a batch is collated, which labels are predicted (and so how many tokens a batch predicts), how a
+trained model is scored, and how its card is tagged. `hf-seq train` (the accelerate loop), `hf-seq finetune`
+(Trainer), `hf-seq evaluate` and the experiments all go through `prepare` and `evaluate` here, so they read the
+same rows and report the same numbers; nothing outside this file asks which task it is running.
+"""
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from transformers import (
+    DataCollatorForSeq2Seq,
+    DataCollatorForTokenClassification,
+    DataCollatorWithPadding,
+    EvalPrediction,
+    default_data_collator,
+)
+
+from hf_seq import data as data_lib
+from hf_seq import evaluation
+
+
+# ---------------------------------------------------------------------------------------------- rows -> inputs
+def _encode_causal(recipe, tokenizer, rows, label2id):
+    blocks = data_lib.pack_blocks(
+        data_lib.tokenize_texts(rows, tokenizer, recipe.data.num_proc),
+        recipe.data.block_size,
+        tokenizer.eos_token_id,
+        num_proc=recipe.data.num_proc,
+    )
+    return blocks, {}
+
+
+def _encode_masked(recipe, tokenizer, rows, label2id):
+    from hf_seq.tokenization import check_special_tokens
+
+    ids = check_special_tokens(tokenizer, ("cls_token", "sep_token"), purpose="packing masked-LM blocks")
+    blocks = data_lib.pack_blocks(
+        data_lib.tokenize_texts(rows, tokenizer, recipe.data.num_proc),
+        recipe.data.block_size,
+        ids["sep_token"],
+        wrap=(ids["cls_token"], ids["sep_token"]),
+        num_proc=recipe.data.num_proc,
+    )
+    return blocks, {}
+
+
+def _encode_pairs(recipe, tokenizer, rows, label2id):
+    """Source ids as `input_ids` (as the translation pipeline tokenizes them: no special tokens), target ids + EOS
+    as `labels` (the model shifts them right into its decoder inputs; EOS teaches it to stop). Longer sequences are
+    cut to `data.block_size` and counted."""
+    from hf_seq.tokenization import check_special_tokens
+
+    eos = check_special_tokens(tokenizer, ("eos_token",), purpose="sequence-to-sequence targets")["eos_token"]
+    limit = recipe.data.block_size
+
+    def encode(batch):
+        sources = tokenizer(batch["source"], add_special_tokens=False, verbose=False)["input_ids"]
+        targets = tokenizer(batch["target"], add_special_tokens=False, verbose=False)["input_ids"]
+        return {
+            "input_ids": [s[:limit] for s in sources],
+            "labels": [t[: limit - 1] + [eos] for t in targets],
+            "cut_source": [len(s) > limit for s in sources],
+            "cut_target": [len(t) + 1 > limit for t in targets],
+        }
+
+    encoded = rows.map(encode, batched=True, remove_columns=rows.column_names, num_proc=recipe.data.num_proc)
+    counts = {"truncated_sources": sum(encoded["cut_source"]), "truncated_targets": sum(encoded["cut_target"])}
+    return encoded.remove_columns(["cut_source", "cut_target"]), counts
+
+
+def _encode_classification(recipe, tokenizer, rows, label2id):
+    limit = recipe.data.block_size
+
+    def encode(batch):
+        encoded = tokenizer(batch["text"], truncation=True, max_length=limit, return_overflowing_tokens=False)
+        full = tokenizer(batch["text"], verbose=False)["input_ids"]
+        return {
+            **encoded,
+            "labels": [label2id[str(label)] for label in batch["label"]],
+            "cut": [len(ids) > limit for ids in full],
+        }
+
+    encoded = rows.map(encode, batched=True, remove_columns=rows.column_names, num_proc=recipe.data.num_proc)
+    return encoded.remove_columns("cut"), {"truncated": sum(encoded["cut"])}
+
+
+def _encode_tagging(recipe, tokenizer, rows, label2id):
+    """The first piece of each word carries its tag; the other pieces and the special tokens are not scored."""
+    limit = recipe.data.block_size
+
+    def encode(batch):
+        encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=limit)
+        full = tokenizer(batch["tokens"], is_split_into_words=True)["input_ids"]
+        labels = []
+        for i, tags in enumerate(batch["tags"]):
+            previous, row = None, []
+            for word in encoded.word_ids(i):
+                row.append(-100 if word is None or word == previous else label2id[tags[word]])
+                previous = word
+            labels.append(row)
+        return {**encoded, "labels": labels, "cut": [len(ids) > limit for ids in full]}
+
+    encoded = rows.map(encode, batched=True, remove_columns=rows.column_names, num_proc=recipe.data.num_proc)
+    return encoded.remove_columns("cut"), {"truncated": sum(encoded["cut"])}
+
+
+# ---------------------------------------------------------------------------------------------- collators
+class CausalLMCollator:
+    """Packed blocks need no padding; the labels are the inputs (the model shifts them)."""
+
+    def __call__(self, features):
+        batch = default_data_collator([{"input_ids": f["input_ids"]} for f in features])
+        batch["labels"] = batch["input_ids"].clone()
+        return batch
+
+
+def _causal_collator(recipe, tokenizer, model, seed=None):
+    return CausalLMCollator()
+
+
+def _masked_collator(recipe, tokenizer, model, seed=None):
+    return data_lib.masked_lm_collator(tokenizer, recipe.data.mlm_probability, seed=seed)
+
+
+def _seq2seq_collator(recipe, tokenizer, model, seed=None):
+    return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
+
+
+def _classification_collator(recipe, tokenizer, model, seed=None):
+    return DataCollatorWithPadding(tokenizer)
+
+
+def _tagging_collator(recipe, tokenizer, model, seed=None):
+    return DataCollatorForTokenClassification(tokenizer)
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+def _score_language_model(task, recipe, model, tokenizer, encoded, rows, device, prefix):
+    collator = task.collator(recipe, tokenizer, model, seed=recipe.training.seed)  # the same masks every time
+    return evaluation.evaluate_language_model(
+        model,
+        encoded,
+        collator,
+        recipe.training.batch_size,
+        device,
+        evaluation.token_byte_lengths(tokenizer),
+        shift_labels=task.shift_labels,
+        prefix=prefix,
+    )
+
+
+def _score_seq2seq(task, recipe, model, tokenizer, encoded, rows, device, prefix):
+    metrics = _score_language_model(task, recipe, model, tokenizer, encoded, rows, device, prefix)
+    return metrics | {f"{prefix}_bleu": translate_and_score(model, tokenizer, rows, recipe, device)}
+
+
+@torch.no_grad()
+def translate_and_score(model, tokenizer, rows, recipe, device) -> float:
+    """sacreBLEU of the model's translations (greedy or beam search, as the recipe's generation settings say)."""
+    t = recipe.training
+    was_training, side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "right"  # encoder inputs: padding is masked, its side does not matter
+    hypotheses = []
+    for start in range(0, len(rows), t.batch_size):
+        sources = rows[start : start + t.batch_size]["source"]
+        batch = tokenizer(
+            sources,
+            add_special_tokens=False,
+            padding=True,
+            truncation=True,
+            max_length=recipe.data.block_size,
+            return_tensors="pt",
+        ).to(device)
+        out = model.generate(
+            **batch, max_new_tokens=t.generation_max_new_tokens, num_beams=t.generation_num_beams, do_sample=False
+        )
+        hypotheses += tokenizer.batch_decode(out, skip_special_tokens=True)
+    model.train(was_training)
+    tokenizer.padding_side = side
+    return evaluation.corpus_bleu([h.strip() for h in hypotheses], list(rows["target"]))
+
+
+@torch.no_grad()
+def _predict(model, tokenizer, encoded, collator, batch_size, device) -> EvalPrediction:
+    """Logits and labels of a classifier over `encoded`, padded to one length (labels with -100)."""
+    was_training = model.training
+    model.eval()
+    logits, labels = [], []
+    for start in range(0, len(encoded), batch_size):
+        batch = collator([encoded[i] for i in range(start, min(start + batch_size, len(encoded)))])
+        batch = {k: v.to(device) for k, v in batch.items()}
+        logits.append(model(**{k: v for k, v in batch.items() if k != "labels"}).logits.float().cpu().numpy())
+        labels.append(batch["labels"].cpu().numpy())
+    model.train(was_training)
+    if logits[0].ndim == 3:  # per-token logits: pad every batch to the longest sequence
+        length = max(x.shape[1] for x in logits)
+        logits = [np.pad(x, ((0, 0), (0, length - x.shape[1]), (0, 0))) for x in logits]
+        labels = [np.pad(y, ((0, 0), (0, length - y.shape[1])), constant_values=-100) for y in labels]
+    return EvalPrediction(predictions=np.concatenate(logits), label_ids=np.concatenate(labels))
+
+
+def _score_classifier(task, recipe, model, tokenizer, encoded, rows, device, prefix):
+    collator = task.collator(recipe, tokenizer, model)
+    prediction = _predict(model, tokenizer, encoded, collator, recipe.training.batch_size, device)
+    metrics = task.trainer_metrics(tokenizer, model)(prediction)
+    return {f"{prefix}_{k}": v for k, v in metrics.items()}
+
+
+# ---------------------------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Task:
+    name: str
+    auto_class: str
+    command: str  # the hf-seq command that trains it: "train" (accelerate loop) or "finetune" (Trainer)
+    columns: dict[str, str]  # the task's column -> the recipe's data key naming it in the dataset
+    encode: Callable  # (recipe, tokenizer, rows, label2id) -> (model inputs, truncation counts)
+    collator: Callable  # (recipe, tokenizer, model, seed=None) -> a collator
+    score: Callable  # (task, recipe, model, tokenizer, encoded, rows, device, prefix) -> metrics
+    pipeline_tag: str
+    tokenizer_style: str | None = None  # None: the family's (BERT-style for encoders, else byte-level)
+    shift_labels: bool = False  # position t predicts labels[t + 1] (causal LMs)
+    label_column: str | None = None  # the column whose values name the classes
+    language_model: bool = False  # scored by NLL, perplexity and bits per byte
+    tags: tuple[str, ...] = ()
+    trainer_metrics: Callable | None = None  # (tokenizer, model) -> a Trainer compute_metrics
+
+    def tokenizer_texts(self, rows: datasets.Dataset):
+        """The texts a tokenizer is trained on: every text column of the rows."""
+        for batch in rows.iter(batch_size=1000):
+            for column, values in batch.items():
+                if column in ("text", "source", "target"):
+                    yield from values
+                elif column == "tokens":
+                    yield from (" ".join(words) for words in values)
+
+    def count_predicted(self, labels: torch.Tensor) -> int:
+        return int((labels[:, 1:] if self.shift_labels else labels).ne(-100).sum())
+
+
+def _classifier_metrics(tokenizer, model):
+    return evaluation.classification_metrics
+
+
+def _tagging_metrics(tokenizer, model):
+    return evaluation.token_classification_metrics(model.config.id2label)
+
+
+def _bleu_metrics(tokenizer, model):
+    return evaluation.bleu_metrics(tokenizer)
+
+
+_PAIRS = {"source": "source_column", "target": "target_column"}
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task(
+            "causal_lm",
+            "AutoModelForCausalLM",
+            "train",
+            {"text": "text_column"},
+            _encode_causal,
+            _causal_collator,
+            _score_language_model,
+            "text-generation",
+            shift_labels=True,
+            language_model=True,
+            tags=("causal-lm",),
+        ),
+        Task(
+            "masked_lm",
+            "AutoModelForMaskedLM",
+            "train",
+            {"text": "text_column"},
+            _encode_masked,
+            _masked_collator,
+            _score_language_model,
+            "fill-mask",
+            tokenizer_style="bert",
+            language_model=True,
+            tags=("masked-lm",),
+        ),
+        Task(
+            "seq2seq",
+            "AutoModelForSeq2SeqLM",
+            "train",
+            _PAIRS,
+            _encode_pairs,
+            _seq2seq_collator,
+            _score_seq2seq,
+            "translation",
+            language_model=True,
+            tags=("seq2seq",),
+            trainer_metrics=_bleu_metrics,
+        ),
+        Task(
+            "translation",
+            "AutoModelForSeq2SeqLM",
+            "finetune",
+            _PAIRS,
+            _encode_pairs,
+            _seq2seq_collator,
+            _score_seq2seq,
+            "translation",
+            language_model=True,
+            tags=("translation",),
+            trainer_metrics=_bleu_metrics,
+        ),
+        Task(
+            "sequence_classification",
+            "AutoModelForSequenceClassification",
+            "finetune",
+            {"text": "text_column", "label": "label_column"},
+            _encode_classification,
+            _classification_collator,
+            _score_classifier,
+            "text-classification",
+            label_column="label",
+            tags=("text-classification",),
+            trainer_metrics=_classifier_metrics,
+        ),
+        Task(
+            "token_classification",
+            "AutoModelForTokenClassification",
+            "finetune",
+            {"tokens": "tokens_column", "tags": "tags_column"},
+            _encode_tagging,
+            _tagging_collator,
+            _score_classifier,
+            "token-classification",
+            label_column="tags",
+            tags=("token-classification",),
+            trainer_metrics=_tagging_metrics,
+        ),
+    )
+}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; known: {list(TASKS)}")
+    return TASKS[name]
+
+
+# ---------------------------------------------------------------------------------------------- preparation
+@dataclass
+class Prepared:
+    """What a run needs from its data: the tokenizer, the encoded training set, the encoded held-out sets (`eval`,
+    and `test` when there is one) with their raw rows, the class names, and what was cut or left out."""
+
+    task: Task
+    tokenizer: object
+    train: datasets.Dataset
+    held_out: dict[str, datasets.Dataset] = field(default_factory=dict)  # prefix -> encoded
+    held_out_rows: dict[str, datasets.Dataset] = field(default_factory=dict)
+    label_names: list[str] | None = None
+    notes: dict = field(default_factory=dict)  # truncation counts and evaluation caps, reported with the metrics
+
+    @property
+    def label_kwargs(self) -> dict:
+        if not self.label_names:
+            return {}
+        return {
+            "num_labels": len(self.label_names),
+            "id2label": dict(enumerate(self.label_names)),
+            "label2id": {name: i for i, name in enumerate(self.label_names)},
+        }
+
+
+def tokenizer_style(recipe, task: Task) -> str:
+    from hf_seq.registry import family
+
+    encoder = "AutoModelForMaskedLM" in family(recipe.family).models  # BERT-style inputs: [CLS] A [SEP]
+    return recipe.tokenizer.style or task.tokenizer_style or ("bert" if encoder else "byte_level")
+
+
+def obtain_tokenizer(recipe, task: Task, train_rows, folder: Path | None, is_main: bool = True, wait=lambda: None):
+    """The recipe's tokenizer (`tokenizer.path`, else the model it starts from), or one trained on the training
+    rows, saved once (on the main process) in `folder` and loaded from there by every process."""
+    from transformers import AutoTokenizer
+
+    from hf_seq.tokenization import train_bpe_tokenizer
+
+    path = recipe.tokenizer.path or recipe.model.get("from_pretrained")
+    if path:
+        return AutoTokenizer.from_pretrained(path)
+    if is_main and (folder is None or not (folder / "tokenizer.json").exists()):
+        tokenizer = train_bpe_tokenizer(
+            task.tokenizer_texts(train_rows),
+            vocab_size=recipe.tokenizer.vocab_size,
+            min_frequency=recipe.tokenizer.min_frequency,
+            style=tokenizer_style(recipe, task),
+        )
+        if folder is None:
+            return tokenizer
+        tokenizer.save_pretrained(folder)
+    wait()  # every process, always: the others load what the main process saved
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def prepare(recipe, tokenizer=None, tokenizer_folder=None, is_main=True, wait=lambda: None, main_first=None):
+    """Read the recipe's rows (train, validation, test), obtain the tokenizer, encode every split, and cap the
+    held-out sets at `data.eval_examples` (noted in `notes`, so the reports say how much was scored)."""
+    task = get_task(recipe.task)
+    columns = {name: getattr(recipe.data, key) for name, key in task.columns.items()}
+    with main_first() if main_first else contextlib.nullcontext():  # the main process fills the datasets cache
+        splits = data_lib.load_splits(recipe.data, columns)
+    if tokenizer is None:
+        tokenizer = obtain_tokenizer(recipe, task, splits["train"], tokenizer_folder, is_main, wait)
+    names = None
+    if task.label_column:
+        names = label_names(recipe, task, splits)
+    label2id = {name: i for i, name in enumerate(names)} if names else None
+    prepared = Prepared(task, tokenizer, train=None, label_names=names)
+    with main_first() if main_first else contextlib.nullcontext():
+        prepared.train, counts = task.encode(recipe, tokenizer, splits["train"], label2id)
+        prepared.notes |= {f"train_{k}": v for k, v in counts.items()}
+        for split, prefix in (("validation", "eval"), ("test", "test")):
+            if split not in splits:
+                continue
+            encoded, counts = task.encode(recipe, tokenizer, splits[split], label2id)
+            prepared.notes |= {f"{prefix}_{k}": v for k, v in counts.items()}
+            rows = splits[split] if len(splits[split]) == len(encoded) else None
+            cap = recipe.data.eval_examples
+            if cap is not None and cap < len(encoded):
+                prepared.notes[f"{prefix}_examples_total"] = len(encoded)
+                encoded = encoded.select(range(cap))
+                rows = rows.select(range(cap)) if rows is not None else None
+            prepared.notes[f"{prefix}_examples"] = len(encoded)
+            prepared.held_out[prefix], prepared.held_out_rows[prefix] = encoded, rows
+    return prepared
+
+
+def label_names(recipe, task: Task, splits) -> list[str]:
+    """The class names: a dataset's own label names (a `ClassLabel` feature), else the sorted values seen."""
+    feature = splits["train"].features[task.label_column]
+    inner = getattr(feature, "feature", feature)
+    if isinstance(inner, datasets.ClassLabel):
+        return list(inner.names)
+    if recipe.data.dataset == "python-tokens":
+        return list(data_lib.PYTHON_TAGS)  # the tag set in its documented order, also for tags absent from a slice
+    values = set()
+    for split in splits.values():
+        for value in split[task.label_column]:
+            values.update(str(v) for v in value) if isinstance(value, list) else values.add(str(value))
+    return sorted(values)
+
+
+def evaluate(recipe, prepared: Prepared, model, device) -> dict:
+    """Every held-out set's metrics (`eval_*`, and `test_*` when there is a test set), with what was cut or capped.
+    Runs under a forked RNG, so evaluating changes nothing that training draws next."""
+    metrics = {}
+    devices = [] if torch.device(device).type == "cpu" else [device]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(recipe.training.seed)
+        for prefix, encoded in prepared.held_out.items():
+            rows = prepared.held_out_rows[prefix]
+            metrics |= prepared.task.score(
+                prepared.task, recipe, model, prepared.tokenizer, encoded, rows, device, prefix
+            )
+            metrics[f"{prefix}_examples"] = len(encoded)
+    notes = {k: v for k, v in prepared.notes.items() if k.startswith(("eval_", "test_"))}
+    return metrics | notes
+
+
+def describe_scoring(metrics: dict, prefix: str = "eval") -> str:
+    """One line saying how much of the held-out set was scored (all of it, or the cap) and what was cut."""
+    scored, total = metrics.get(f"{prefix}_examples"), metrics.get(f"{prefix}_examples_total")
+    text = f"{prefix}: scored {scored} of {total} held-out examples (data.eval_examples)" if total else ""
+    cut = {k.removeprefix(f"{prefix}_"): v for k, v in metrics.items() if "truncated" in k and k.startswith(prefix)}
+    if any(cut.values()):
+        text += ("; " if text else f"{prefix}: ") + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in cut.items())
+    return text
