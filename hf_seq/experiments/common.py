@@ -13,32 +13,12 @@ from pathlib import Path
 import torch
 from transformers import get_cosine_schedule_with_warmup
 
-
-def lm_metrics(nll_nats: float, tokens: int, num_bytes: int, prefix: str = "eval") -> dict:
-    """Stands in for `hf_seq.evaluation.lm_metrics` (same signature and keys) until it lands; then this function
-    becomes `from hf_seq.evaluation import lm_metrics`. NLL per token in nats, its perplexity, and bits per byte."""
-    loss = nll_nats / max(tokens, 1)
-    return {
-        f"{prefix}_loss": loss,
-        f"{prefix}_perplexity": math.exp(min(loss, 700.0)),
-        f"{prefix}_bits_per_byte": nll_nats / math.log(2) / max(num_bytes, 1),
-        f"{prefix}_tokens": tokens,
-        f"{prefix}_bytes": num_bytes,
-    }
+from hf_seq.evaluation import lm_metrics, token_byte_lengths  # noqa: F401  (the figures every experiment reports)
 
 
 def claim(claim: str, measured: str, agrees: bool) -> dict:
     """One row of the claims table: what the lecture claims, what this run measured, and whether they agree."""
     return {"claim": claim, "measured": measured, "agrees": bool(agrees)}
-
-
-def token_byte_lengths(tokenizer) -> torch.LongTensor:
-    """Stands in for `hf_seq.evaluation.token_byte_lengths` until it lands (then the import replaces it): the UTF-8
-    bytes each token id stands for, 0 for special tokens (decoded one by one: exact for ASCII text)."""
-    special = set(tokenizer.all_special_ids)
-    return torch.tensor(
-        [0 if i in special else len(tokenizer.decode([i]).encode("utf-8")) for i in range(len(tokenizer))]
-    )
 
 
 def stdlib_tokenizer_and_blocks(

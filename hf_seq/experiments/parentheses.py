@@ -43,7 +43,7 @@ MODELS = {  # label -> (family, flags)
 }
 DEFAULTS = dict(
     parameters=20_000,  # the budget every model is sized to
-    steps=1200,
+    steps=2000,
     batch_size=64,
     learning_rate=3e-3,
     gpt_learning_rate=1e-3,
@@ -79,8 +79,14 @@ def build(name: str, hidden_size: int, max_positions: int):
 
 def matched_hidden_size(name: str, budget: int, max_positions: int) -> int:
     """The width (a multiple of 8, so 4 heads get an even RoPE size) whose model is closest to `budget` weights."""
-    sizes = range(8, 513, 8)
-    return min(sizes, key=lambda h: abs(count_parameters(build(name, h, max_positions)) - budget))
+    best, best_gap = 8, float("inf")
+    for hidden in range(8, 1025, 8):  # the count grows with the width: stop once past the budget
+        count = count_parameters(build(name, hidden, max_positions))
+        if abs(count - budget) < best_gap:
+            best, best_gap = hidden, abs(count - budget)
+        if count > budget:
+            break
+    return best
 
 
 def encode(rows: list[dict]) -> dict:
@@ -217,7 +223,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         claim(
             "Gated recurrent networks (GRU, LSTM) learn the nesting task better than an Elman network of the same size",
             f"accuracy on the training lengths: best of GRU/LSTM {best_gated:.3f}, Elman {elman['accuracy_trained_lengths']:.3f}",
-            best_gated > elman["accuracy_trained_lengths"],
+            best_gated > elman["accuracy_trained_lengths"] + 0.02,
         ),
         claim(
             "Accuracy falls as nesting gets deeper than the training strings went",

@@ -1,0 +1,339 @@
+"""Attention maps: every head of every layer of three small trained Transformers on one chosen input, as one figure
+per model (Vaswani et al. 2017; Clark et al. 2019, "What does BERT look at?").
+
+- GPT (causal self-attention), trained as a language model on the standard library's sources;
+- BERT (bidirectional self-attention), trained as a masked language model on the same text (BERT-style tokenizer);
+- the encoder-decoder Transformer, trained on `hf_seq.data.date_conversion` (dates as people write them to ISO
+  8601, one token per character): encoder self-attention, decoder self-attention and cross-attention, which shows
+  where the decoder reads while it writes each character.
+
+Each map is a row-stochastic matrix (queries down, keys across, white = 1). The models run with the eager attention
+kernel so that `output_attentions=True` returns the weights.
+"""
+
+import time
+
+import torch
+
+from hf_seq import (
+    BERTConfig,
+    BERTForMaskedLM,
+    GPTConfig,
+    GPTForCausalLM,
+    TransformerConfig,
+    TransformerForConditionalGeneration,
+)
+from hf_seq.data import date_conversion, masked_lm_collator
+
+from .common import (
+    BOS,
+    EOS,
+    PAD,
+    check_options,
+    claim,
+    count_parameters,
+    figure,
+    finish,
+    markdown_table,
+    output_folder,
+    save_figure,
+    stdlib_tokenizer_and_blocks,
+    torch_threads,
+    train,
+)
+
+NAME = "attention_maps"
+TITLE = "Attention maps: every head of every layer of a small GPT, BERT and Transformer"
+SENTENCE = "for name in sorted(names):\n    print(name)\n"
+DATE = "Thu, Mar 5, 1998"
+DEFAULTS = dict(
+    hidden_size=64,
+    layers=2,
+    heads=4,
+    vocab_size=1024,
+    context=64,
+    lm_steps=400,
+    date_steps=800,
+    batch_size=32,
+    learning_rate=2e-3,
+    train_chars=1_000_000,
+    sentence=SENTENCE,
+    date=DATE,
+    seed=0,
+    threads=2,
+)
+QUICK = dict(
+    hidden_size=32,
+    vocab_size=300,
+    context=32,
+    sentence="for x in y:\n",
+    lm_steps=10,
+    date_steps=20,
+    batch_size=8,
+    train_chars=50_000,
+)
+
+
+def small(config_class, o: dict, **kwargs):
+    dropout = {
+        k: 0.0
+        for k in ("embedding_dropout", "attention_dropout", "hidden_dropout")
+        if k in config_class.__annotations__
+    }
+    return config_class(num_attention_heads=o["heads"], hidden_size=o["hidden_size"], **dropout, **kwargs)
+
+
+def train_gpt(o: dict):
+    tokenizer, blocks, _ = stdlib_tokenizer_and_blocks(o["vocab_size"], o["train_chars"], 1, o["context"])
+    torch.manual_seed(o["seed"])
+    config = small(
+        GPTConfig,
+        o,
+        vocab_size=len(tokenizer),
+        num_hidden_layers=o["layers"],
+        max_position_embeddings=o["context"],
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = GPTForCausalLM(config)
+    order = torch.randint(len(blocks), (o["lm_steps"], o["batch_size"]), generator=torch.Generator().manual_seed(0))
+    run_ = train(
+        model, lambda s: {"input_ids": blocks[order[s]], "labels": blocks[order[s]]}, o["lm_steps"], o["learning_rate"]
+    )
+    return model, tokenizer, run_
+
+
+def train_bert(o: dict):
+    tokenizer, blocks, _ = stdlib_tokenizer_and_blocks(o["vocab_size"], o["train_chars"], 1, o["context"] - 2, "bert")
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    blocks = torch.cat([torch.full((len(blocks), 1), cls), blocks, torch.full((len(blocks), 1), sep)], 1)
+    torch.manual_seed(o["seed"])
+    config = small(
+        BERTConfig,
+        o,
+        vocab_size=len(tokenizer),
+        num_hidden_layers=o["layers"],
+        max_position_embeddings=o["context"],
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = BERTForMaskedLM(config)
+    collator = masked_lm_collator(tokenizer, seed=o["seed"])
+    order = torch.randint(len(blocks), (o["lm_steps"], o["batch_size"]), generator=torch.Generator().manual_seed(0))
+
+    def batch(step):
+        masked = collator([{"input_ids": blocks[i].tolist()} for i in order[step]])
+        return {"input_ids": masked["input_ids"], "labels": masked["labels"]}
+
+    return model, tokenizer, train(model, batch, o["lm_steps"], o["learning_rate"])
+
+
+def date_vocabulary() -> dict[str, int]:
+    characters = sorted({c for r in date_conversion(2000, seed=0) for c in r["source"] + r["target"]})
+    return {c: i + 4 for i, c in enumerate(characters)}  # ids 0-3: PAD, BOS, EOS and the unused SEP
+
+
+def encode_dates(rows, vocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """Characters -> ids; sources right-padded, EOS after each target (all targets have 10 characters)."""
+    longest = max(len(r["source"]) for r in rows)
+    source = torch.tensor(
+        [[vocab[c] for c in r["source"]] + [EOS] + [PAD] * (longest - len(r["source"])) for r in rows]
+    )
+    target = torch.tensor([[vocab[c] for c in r["target"]] + [EOS] for r in rows])
+    return source, target
+
+
+def train_dates(o: dict):
+    vocab = date_vocabulary()
+    torch.manual_seed(o["seed"])
+    config = small(
+        TransformerConfig,
+        o,
+        vocab_size=len(vocab) + 4,
+        encoder_layers=o["layers"],
+        decoder_layers=o["layers"],
+        intermediate_size=4 * o["hidden_size"],
+        dropout=0.0,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+    )
+    model = TransformerForConditionalGeneration(config)
+
+    def batch(step):
+        source, target = encode_dates(date_conversion(o["batch_size"], seed=o["seed"] * 100_003 + step), vocab)
+        return {"input_ids": source, "attention_mask": (source != PAD).long(), "labels": target}
+
+    run_ = train(model, batch, o["date_steps"], o["learning_rate"])
+    source, target = encode_dates(date_conversion(200, seed=10**9), vocab)
+    generated = model.generate(
+        input_ids=source,
+        attention_mask=(source != PAD).long(),
+        max_new_tokens=11,
+        do_sample=False,
+        decoder_start_token_id=BOS,
+    )
+    exact = (generated[:, 1:12] == target).all(1).float().mean().item() if generated.shape[1] >= 12 else 0.0
+    return model, vocab, run_, exact
+
+
+def token_labels(tokenizer, ids) -> list[str]:
+    return [
+        tokenizer.convert_tokens_to_string([t]).replace("\n", "\\n") or t for t in tokenizer.convert_ids_to_tokens(ids)
+    ]
+
+
+def draw(maps: list[tuple[str, torch.Tensor, list[str], list[str]]], title: str, path) -> str:
+    """One row of panels per (row title, weights (heads, queries, keys), query labels, key labels); token labels on
+    the first panel of each row only (drawing thousands of tick labels is what makes such figures slow)."""
+    heads = maps[0][1].shape[0]
+    cell = 0.16 * max(max(len(m[2]), len(m[3])) for m in maps)
+    fig = figure(heads * (cell + 0.4) + 1.2, len(maps) * (cell + 0.9) + 0.6)
+    for row, (name, weights, q_labels, k_labels) in enumerate(maps):
+        for h in range(heads):
+            axes = fig.add_subplot(len(maps), heads, row * heads + h + 1)
+            axes.imshow(weights[h].numpy(), cmap="gray", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+            axes.set_title(f"{name}, head {h}", fontsize=7)
+            if h == 0:
+                axes.set_xticks(range(len(k_labels)), k_labels, rotation=90, fontsize=5)
+                axes.set_yticks(range(len(q_labels)), q_labels, fontsize=5)
+            else:
+                axes.set_xticks([])
+                axes.set_yticks([])
+    fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+@torch.no_grad()
+def run(quick: bool = False, output_dir=None, **options) -> dict:
+    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+    started, folder = time.perf_counter(), output_folder(output_dir, NAME)
+    with torch_threads(o["threads"]), torch.enable_grad():
+        gpt, gpt_tokenizer, gpt_run = train_gpt(o)
+        bert, bert_tokenizer, bert_run = train_bert(o)
+        transformer, vocab, date_run, date_exact = train_dates(o)
+    for model in (gpt, bert, transformer):
+        model.set_attn_implementation("eager")  # the fused kernels do not return their weights
+
+    plots = []
+    ids = gpt_tokenizer(o["sentence"], return_tensors="pt")["input_ids"]
+    gpt_maps = [m[0] for m in gpt(input_ids=ids, output_attentions=True).attentions]  # each (heads, T, T)
+    labels = token_labels(gpt_tokenizer, ids[0])
+    plots.append(
+        draw([(f"layer {i}", m, labels, labels) for i, m in enumerate(gpt_maps)], "GPT (causal)", folder / "gpt.png")
+    )
+
+    encoded = bert_tokenizer(o["sentence"], return_tensors="pt")
+    bert_maps = [m[0] for m in bert(input_ids=encoded["input_ids"], output_attentions=True).attentions]
+    labels = token_labels(bert_tokenizer, encoded["input_ids"][0])
+    plots.append(
+        draw(
+            [(f"layer {i}", m, labels, labels) for i, m in enumerate(bert_maps)],
+            "BERT (bidirectional)",
+            folder / "bert.png",
+        )
+    )
+
+    source, _ = encode_dates([{"source": o["date"], "target": ""}], vocab)
+    generated = transformer.generate(input_ids=source, max_new_tokens=11, do_sample=False, decoder_start_token_id=BOS)
+    decoder_input = generated[:, :-1] if generated[0, -1] == EOS else generated
+    out = transformer(input_ids=source, decoder_input_ids=decoder_input, output_attentions=True)
+    characters = {i: c for c, i in vocab.items()} | {EOS: "</s>", BOS: "<s>", PAD: "<pad>"}
+    src_labels = [characters[int(i)] for i in source[0]]
+    tgt_labels = [characters[int(i)] for i in decoder_input[0]]
+    written = "".join(characters[int(i)] for i in generated[0, 1:] if int(i) not in (EOS, PAD))
+    rows = [(f"encoder self {i}", m[0], src_labels, src_labels) for i, m in enumerate(out.encoder_attentions)]
+    rows += [(f"decoder self {i}", m[0], tgt_labels, tgt_labels) for i, m in enumerate(out.decoder_attentions)]
+    rows += [(f"cross {i}", m[0], tgt_labels, src_labels) for i, m in enumerate(out.cross_attentions)]
+    plots.append(draw(rows, f"Transformer: {o['date']!r} -> {written!r}", folder / "transformer.png"))
+
+    # What the maps show, as numbers.
+    def above_diagonal(m):  # the weight on later tokens (keys j > query i), averaged over queries and heads
+        return torch.triu(m, diagonal=1).sum(-1).mean().item()
+
+    gpt_future = max(above_diagonal(m) for m in gpt_maps)
+    bert_future = sum(above_diagonal(m) for m in bert_maps) / len(bert_maps)
+    previous_token = max(torch.diagonal(m, offset=-1, dim1=-2, dim2=-1).mean(-1).max().item() for m in gpt_maps)
+    # cross-attention while writing the year (the first 4 characters after <s>): weight on the source's year digits
+    year = o["date"].split()[-1] if o["date"].split()[-1].isdigit() else None
+    year_weight = float("nan")
+    if year is not None and written.startswith(year):
+        start = o["date"].rindex(year)
+        cross = torch.stack([m[0] for m in out.cross_attentions]).mean((0, 1))  # (target, source): layers, heads
+        year_weight = cross[1:5, start : start + 4].sum(-1).mean().item()
+    body = "\n\n".join(
+        [
+            " ".join(__doc__.split("\n\n")[0].split()),
+            " ".join(__doc__.split("\n\n")[1].split()),
+            " ".join(__doc__.split("\n\n")[2].split()),
+            markdown_table(
+                ["model", "parameters", "layers x heads", "training", "final training loss"],
+                [
+                    [
+                        "GPT",
+                        f"{count_parameters(gpt):,}",
+                        f"{o['layers']} x {o['heads']}",
+                        f"{o['lm_steps']} steps, blocks of {o['context']} tokens",
+                        f"{gpt_run['final_loss']:.2f}",
+                    ],
+                    [
+                        "BERT",
+                        f"{count_parameters(bert):,}",
+                        f"{o['layers']} x {o['heads']}",
+                        f"{o['lm_steps']} steps, 15% masking",
+                        f"{bert_run['final_loss']:.2f}",
+                    ],
+                    [
+                        "Transformer",
+                        f"{count_parameters(transformer):,}",
+                        f"{o['layers']} + {o['layers']} x {o['heads']}",
+                        f"{o['date_steps']} steps of date conversion; exact match on 200 new dates {date_exact:.2f}",
+                        f"{date_run['final_loss']:.3f}",
+                    ],
+                ],
+            ),
+            f"Input of GPT and BERT: `{o['sentence']!r}`; of the Transformer: `{o['date']!r}`, which it wrote as "
+            f"`{written!r}`.",
+        ]
+    )
+    claims = [
+        claim(
+            "Causal self-attention never looks ahead: GPT's maps are lower-triangular",
+            f"largest weight on later tokens in any GPT head: {gpt_future:.1e}",
+            gpt_future < 1e-6,
+        ),
+        claim(
+            "BERT's self-attention reads both directions",
+            f"mean weight BERT puts on later tokens: {bert_future:.2f} (0 would be causal)",
+            bert_future > 0.1,
+        ),
+        claim(
+            "Heads specialise; a common one attends to the previous token",
+            f"the GPT head most focused on the previous token puts {previous_token:.2f} of its weight there on average",
+            previous_token > 0.5,
+        ),
+        claim(
+            "Cross-attention aligns: writing the year, the decoder reads the source's year",
+            f"cross-attention weight (mean of layers and heads) on the source's 4 year digits while writing the year: "
+            f"{year_weight:.2f}" + ("" if year_weight == year_weight else " (the model did not write the year right)"),
+            year_weight > 0.5,
+        ),
+    ]
+    results = {
+        "options": {"quick": quick, **o},
+        "gpt": {"parameters": count_parameters(gpt), "final_train_loss": gpt_run["final_loss"]},
+        "bert": {"parameters": count_parameters(bert), "final_train_loss": bert_run["final_loss"]},
+        "transformer": {
+            "parameters": count_parameters(transformer),
+            "final_train_loss": date_run["final_loss"],
+            "exact_match": date_exact,
+            "written": written,
+        },
+        "gpt_weight_on_later_tokens": gpt_future,
+        "bert_weight_on_later_tokens": bert_future,
+        "previous_token_head": previous_token,
+        "cross_attention_on_year": year_weight,
+        "claims": claims,
+    }
+    return finish(NAME, TITLE, folder, results, body, started, plots)

@@ -1,0 +1,249 @@
+"""Position encodings and length: train short, test long (Press, Smith and Lewis 2022).
+
+Four GPTs that differ only in `position_embedding_type` are trained on the standard library's sources in blocks of
+`context` tokens, then score held-out text in blocks of 1x, 2x and 4x that length:
+
+- `learned` (GPT-2): a table of `context` trained vectors; positions past the table do not exist, and the model
+  refuses them (the table below says so instead of failing).
+- `sinusoidal` (Vaswani et al. 2017): a fixed function, defined at any position (its table is built 4x long here;
+  it has no weights), but positions past the training length were never seen.
+- `rope` (Su et al. 2021): rotates queries and keys, so scores depend on relative offsets, yet offsets past the
+  training length were never seen either.
+- `alibi`: no position vectors; a fixed penalty on attention scores that grows with the distance, which the paper
+  shows extrapolates.
+
+The held-out loss is the NLL per token (nats, no smoothing) of `hf_seq.evaluation.lm_metrics`, with bits per byte.
+"""
+
+import time
+
+import torch
+
+from hf_seq import GPTConfig, GPTForCausalLM
+
+from .common import (
+    check_options,
+    claim,
+    count_parameters,
+    figure,
+    finish,
+    lm_metrics,
+    markdown_table,
+    output_folder,
+    save_figure,
+    stdlib_tokenizer_and_blocks,
+    token_byte_lengths,
+    torch_threads,
+    train,
+)
+
+NAME = "positions"
+TITLE = "Position encodings and length: held-out loss at 1x, 2x and 4x the training context"
+KINDS = ("learned", "sinusoidal", "rope", "alibi")
+SCALES = (1, 2, 4)
+DEFAULTS = dict(
+    context=64,
+    hidden_size=96,
+    layers=2,
+    heads=4,
+    vocab_size=1024,
+    steps=400,
+    batch_size=16,
+    learning_rate=2e-3,
+    train_chars=1_500_000,
+    heldout_chars=300_000,
+    heldout_blocks=48,
+    seed=0,
+    threads=2,
+)
+QUICK = dict(
+    context=16,
+    hidden_size=32,
+    vocab_size=300,
+    steps=20,
+    batch_size=8,
+    train_chars=60_000,
+    heldout_chars=20_000,
+    heldout_blocks=8,
+)
+
+
+def make_model(kind: str, o: dict, tokenizer) -> GPTForCausalLM:
+    torch.manual_seed(o["seed"])
+    table = o["context"] if kind == "learned" else max(SCALES) * o["context"]  # sinusoidal: a function, no weights
+    config = GPTConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=o["hidden_size"],
+        num_hidden_layers=o["layers"],
+        num_attention_heads=o["heads"],
+        max_position_embeddings=table,
+        position_embedding_type=kind,
+        embedding_dropout=0.0,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return GPTForCausalLM(config)
+
+
+@torch.no_grad()
+def score(model, blocks: torch.Tensor, byte_lengths: torch.Tensor, batch_size: int = 8):
+    """The lm_metrics of `blocks` (N, n) read whole, and the mean NLL at each position 1..n-1 (what position t
+    predicts from the t tokens before it)."""
+    nll = []
+    for start in range(0, len(blocks), batch_size):
+        ids = blocks[start : start + batch_size]
+        logits = model(input_ids=ids).logits[:, :-1].float()
+        nll.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none"))
+    nll = torch.cat(nll)  # (N, n - 1)
+    metrics = lm_metrics(nll.sum().item(), nll.numel(), int(byte_lengths[blocks[:, 1:]].sum()))
+    return metrics, nll.mean(0).tolist()
+
+
+def run(quick: bool = False, output_dir=None, **options) -> dict:
+    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+    started, folder = time.perf_counter(), output_folder(output_dir, NAME)
+    longest = max(SCALES) * o["context"]
+    tokenizer, train_blocks, heldout = stdlib_tokenizer_and_blocks(
+        o["vocab_size"], o["train_chars"], o["heldout_chars"], o["context"]
+    )
+    heldout = _reblock(heldout, longest)[: o["heldout_blocks"]]
+    byte_lengths = token_byte_lengths(tokenizer)
+    generator = torch.Generator().manual_seed(o["seed"])
+    order = torch.randint(len(train_blocks), (o["steps"], o["batch_size"]), generator=generator)
+
+    def batch(step):
+        ids = train_blocks[order[step]]
+        return {"input_ids": ids, "labels": ids}
+
+    models = {}
+    with torch_threads(o["threads"]):
+        for kind in KINDS:
+            model = make_model(kind, o, tokenizer)
+            trained = train(model, batch, o["steps"], o["learning_rate"], weight_decay=0.1)
+            result = {
+                "parameters": count_parameters(model),
+                "train_seconds": round(trained["seconds"], 1),
+                "final_train_loss": trained["final_loss"],
+                "scales": {},
+            }
+            for scale in SCALES:
+                n = scale * o["context"]
+                try:
+                    metrics, per_position = score(model, heldout[:, :n], byte_lengths)
+                except ValueError as error:  # learned positions: no vector past the table
+                    result["scales"][scale] = {"error": str(error).split(";")[0]}
+                    continue
+                result["scales"][scale] = metrics | {"per_position": per_position}
+            models[kind] = result
+
+    def beyond(kind):  # mean loss at positions past the training context, against the trained second half
+        curve = models[kind]["scales"][max(SCALES)].get("per_position")
+        if curve is None:
+            return float("nan"), float("nan")
+        c = o["context"]
+        inside = curve[c // 2 : c - 1]
+        return sum(inside) / len(inside), sum(curve[c - 1 :]) / len(curve[c - 1 :])
+
+    gaps = {kind: beyond(kind) for kind in KINDS}
+    rows = []
+    for kind, m in models.items():
+        cells = []
+        for scale in SCALES:
+            s = m["scales"][scale]
+            cells.append(
+                f"beyond the table (max_position_embeddings = {o['context']})"
+                if "error" in s
+                else f"{s['eval_loss']:.3f} ({s['eval_bits_per_byte']:.3f} bits/byte)"
+            )
+        inside, past = gaps[kind]
+        rows.append(
+            [
+                kind,
+                f"{m['parameters']:,}",
+                m["train_seconds"],
+                *cells,
+                "—" if past != past else f"{inside:.3f} → {past:.3f}",
+            ]
+        )
+    plots = [plot(models, folder / "loss_by_position.png", o)]
+    body = "\n\n".join(
+        [
+            " ".join(__doc__.split("\n\n")[0].split()),
+            " ".join(__doc__.split("\n\n")[1].split()),
+            f"Each GPT: {o['layers']} layers, width {o['hidden_size']}, {o['heads']} heads, byte-level BPE of "
+            f"{len(tokenizer)} tokens trained on the first {o['train_chars']:,} characters; {o['steps']} AdamW steps "
+            f"(peak {o['learning_rate']}, cosine decay, weight decay 0.1) on batches of {o['batch_size']} blocks of "
+            f"{o['context']} tokens. Held out: {len(heldout)} blocks of {longest} tokens from the files that follow, "
+            "cut to each length (every block read from its start).",
+            markdown_table(
+                [
+                    "positions",
+                    "parameters",
+                    "train s",
+                    *(f"held-out loss @ {s}x ({s * o['context']} tokens)" for s in SCALES),
+                    f"loss at positions {o['context'] // 2}-{o['context'] - 1} → past {o['context']}",
+                ],
+                rows,
+            ),
+        ]
+    )
+    learned = models["learned"]["scales"]
+    claims = [
+        claim(
+            "Learned absolute positions stop at the end of their table",
+            f"at 2x and 4x the model refuses the input: {learned[2].get('error', 'no error')!r}",
+            all("error" in learned[s] for s in SCALES if s > 1),
+        ),
+        claim(
+            "Sinusoidal positions are defined at any length, but a model trained short does not extrapolate",
+            f"loss per token {gaps['sinusoidal'][0]:.3f} inside the trained context, {gaps['sinusoidal'][1]:.3f} past it",
+            gaps["sinusoidal"][1] > gaps["sinusoidal"][0],
+        ),
+        claim(
+            "RoPE alone does not extrapolate past the training length either",
+            f"loss per token {gaps['rope'][0]:.3f} inside, {gaps['rope'][1]:.3f} past",
+            gaps["rope"][1] > gaps["rope"][0],
+        ),
+        claim(
+            "ALiBi extrapolates: train short, test long, and the loss does not rise (Press et al. 2022)",
+            f"loss per token {gaps['alibi'][0]:.3f} inside, {gaps['alibi'][1]:.3f} past; at 4x "
+            f"{models['alibi']['scales'][4]['eval_loss']:.3f} vs 1x {models['alibi']['scales'][1]['eval_loss']:.3f}",
+            gaps["alibi"][1] <= gaps["alibi"][0] + 0.05,
+        ),
+    ]
+    for m in models.values():  # the curves are in the plot; the JSON keeps them too, rounded
+        for s in m["scales"].values():
+            if "per_position" in s:
+                s["per_position"] = [round(x, 4) for x in s["per_position"]]
+    results = {"options": {"quick": quick, **o}, "models": models, "claims": claims}
+    return finish(NAME, TITLE, folder, results, body, started, plots)
+
+
+def _reblock(blocks: torch.Tensor, length: int) -> torch.Tensor:
+    """Blocks of `length` tokens from the same stream (the held-out blocks joined back in order)."""
+    stream = blocks.flatten()
+    count = len(stream) // length
+    return stream[: count * length].view(count, length)
+
+
+def plot(models: dict, path, o) -> str:
+    fig = figure(9, 4.5)
+    axes = fig.add_subplot()
+    window = max(1, o["context"] // 8)
+    for kind, m in models.items():
+        longest = max(s for s, v in m["scales"].items() if "per_position" in v)
+        curve = torch.tensor(m["scales"][longest]["per_position"])
+        smooth = torch.nn.functional.avg_pool1d(curve[None, None], window, 1).flatten().tolist()
+        label = kind if longest == max(SCALES) else f"{kind} (stops at its table)"
+        axes.plot(range(1 + window // 2, 1 + window // 2 + len(smooth)), smooth, label=label)
+    axes.axvline(o["context"], color="gray", linestyle="--", linewidth=1)
+    axes.text(o["context"], axes.get_ylim()[1], " training context", color="gray", fontsize=8, va="top")
+    axes.set_xlabel("position in the held-out block (tokens)")
+    axes.set_ylabel(f"held-out NLL per token (nats, mean over {window} positions)")
+    axes.set_title("GPT trained at one context, read at 4x")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    return save_figure(fig, path)
