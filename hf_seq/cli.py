@@ -210,6 +210,27 @@ def _model_folder(command: str, folder: str) -> str:
     return folder
 
 
+def cmd_lineage(args) -> None:
+    from hf_seq.experiments import lineage
+
+    members = tuple(args.members.split(",")) if args.members else lineage.MEMBERS
+    result = lineage.run(
+        quick=args.quick,
+        output_dir=args.output_dir,
+        corpus=args.corpus,
+        budget_tokens=args.budget_tokens,
+        budget_seconds=args.budget_seconds,
+        members=members,
+        threads=args.threads,
+        max_chars=args.max_chars,
+    )
+    for record in sorted(result["members"], key=lambda r: r["eval_bits_per_byte"]):
+        print(
+            f"{record['name']:>7}: {record['eval_bits_per_byte']:.4f} bits per byte, {record['train_tokens']:,} tokens"
+        )
+    print(f"lineage.md, lineage.json and learning_curves.png in {args.output_dir}/")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-seq", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -277,6 +298,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", help="a Hub token (default: the one `hf auth login` saved)")
     p.add_argument("--dry-run", action="store_true", help="check and list the files, upload nothing")
     p.set_defaults(func=cmd_push)
+
+    p = commands.add_parser(
+        "lineage", help="n-gram, fixed-window, Elman, GRU, LSTM, GPT on one corpus and budget, sizes matched"
+    )
+    p.add_argument("--corpus", default="stdlib", help="stdlib (default), local text files or a Hub dataset name")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--budget-tokens", type=int, help="training tokens per member")
+    budget.add_argument("--budget-seconds", type=float, help="training seconds per member (default 150)")
+    p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
+    p.add_argument("--members", help="a comma-separated subset of ngram,window,elman,gru,lstm,gpt")
+    p.add_argument("--max-chars", type=int, help="characters of the corpus to read (default 3,000,000)")
+    p.add_argument("--threads", type=int, help="torch threads (default: one per idle core)")
+    p.add_argument("--output-dir", default="lineage")
+    p.set_defaults(func=cmd_lineage)
     return parser
 
 

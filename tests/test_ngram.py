@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from hf_seq.data import stdlib_texts
+from hf_seq.evaluation import lm_metrics, token_byte_lengths
 from hf_seq.ngram import KneserNeyLM
 
 
 def bits_per_byte(nll_nats, num_bytes):
-    return float(np.sum(nll_nats)) / math.log(2) / num_bytes
+    return lm_metrics(float(np.sum(nll_nats)), len(nll_nats), num_bytes)["eval_bits_per_byte"]
 
 
 def test_probabilities_sum_to_one_after_every_context():
@@ -67,8 +68,11 @@ def test_five_gram_beats_unigram_on_stdlib_code():
     tokenizer = train_bpe_tokenizer(train_texts, vocab_size=800)
     encode = lambda docs: np.concatenate([tokenizer(t, add_special_tokens=False)["input_ids"] for t in docs])
     train, held_out = encode(train_texts), encode(held_out_texts)
-    losses = {order: KneserNeyLM(len(tokenizer), order).fit(train).token_nll(held_out).mean() for order in (1, 5)}
-    assert losses[5] < 0.75 * losses[1], losses
+    scored_bytes = int(token_byte_lengths(tokenizer)[held_out[1:]].sum())
+    bpb = {
+        o: bits_per_byte(KneserNeyLM(len(tokenizer), o).fit(train).token_nll(held_out), scored_bytes) for o in (1, 5)
+    }
+    assert bpb[5] < 0.75 * bpb[1], bpb
 
 
 def test_sampling_is_reproducible_and_stops_at_eos():
