@@ -167,6 +167,63 @@ def test_base_model_returns_encoder_and_decoder_states():
     assert model(**source_batch(), decoder_input_ids=torch.tensor([[1], [1]]), return_dict=False)[0].shape == (2, 1, 32)
 
 
+def test_attention_kernel_switched_after_construction_is_the_one_that_runs(monkeypatch, tmp_path):
+    """`set_attn_implementation` after construction (or after loading) changes the kernel every attention layer
+    calls at once, and with it whether attention maps can be returned; the logits stay the same."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    import hf_seq.models.attention as attention
+
+    calls = {"eager": 0, "sdpa": 0}
+    eager, sdpa = attention.eager_attention_forward, ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def counting(name, kernel):
+        def run(*args, **kwargs):
+            calls[name] += 1
+            return kernel(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(attention, "eager_attention_forward", counting("eager", eager))
+    monkeypatch.setitem(type(ALL_ATTENTION_FUNCTIONS)._global_mapping, "sdpa", counting("sdpa", sdpa))
+    model = tiny_model()
+    inputs = dict(source_batch(), decoder_input_ids=torch.randint(FIRST_WORD, 99, (2, 5)))
+    layers = 2 * 3  # encoder self-attention, decoder self- and cross-attention, 2 layers each
+
+    def run(implementation, **kwargs):
+        model.set_attn_implementation(implementation)
+        calls.update(eager=0, sdpa=0)
+        with torch.no_grad():
+            out = model(**inputs, **kwargs)
+        assert calls == {"eager": layers * (implementation == "eager"), "sdpa": layers * (implementation == "sdpa")}
+        return out
+
+    logits = run("sdpa").logits
+    out = run("eager", output_attentions=True)
+    torch.testing.assert_close(out.logits, logits)
+    assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 5, 7)
+    run("sdpa")
+    with pytest.raises(ValueError, match="eager"):
+        model(**inputs, output_attentions=True)
+    model.save_pretrained(tmp_path)
+    model = TransformerForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    torch.testing.assert_close(run("eager").logits, logits)
+    torch.testing.assert_close(run("sdpa").logits, logits)
+
+
+def test_returned_hidden_states_are_the_tensors_of_the_graph():
+    """The states `output_hidden_states` returns are the layers' own outputs (collected by hooks): the loss reaches
+    each of them."""
+    model = tiny_model().train()
+    out = model(**source_batch(), labels=torch.randint(FIRST_WORD, 99, (2, 5)), output_hidden_states=True)
+    states = [*out.encoder_hidden_states, *out.decoder_hidden_states]
+    assert len(states) == 2 * 3
+    for state in states:
+        state.retain_grad()
+    out.loss.backward()
+    assert all(state.grad is not None and state.grad.abs().sum() > 0 for state in states)
+
+
 # ------------------------------------------------------------------------------------------------ generation
 @pytest.mark.parametrize("overrides", [{}, {"norm_position": "pre", "position_embedding_type": "learned"}])
 def test_beam_search_with_length_penalty_cache_equals_recompute(overrides):

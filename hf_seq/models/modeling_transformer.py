@@ -29,6 +29,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.utils import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .configuration_transformer import TransformerConfig
@@ -89,9 +90,9 @@ class TransformerEncoderLayer(TransformerLayer):
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         x = hidden_states  # (B, S, C)
-        attn, weights = self.self_attn(self.sublayer_input(x, self.self_attn_layer_norm), attention_mask, **kwargs)
+        attn, _ = self.self_attn(self.sublayer_input(x, self.self_attn_layer_norm), attention_mask, **kwargs)
         x = self.residual(x, attn, self.self_attn_layer_norm)
-        return self.feed_forward(x), weights
+        return self.feed_forward(x)
 
 
 class TransformerDecoderLayer(TransformerLayer):
@@ -112,11 +113,11 @@ class TransformerDecoderLayer(TransformerLayer):
         **kwargs,
     ):
         x = hidden_states  # (B, T, C); encoder_hidden_states (B, S, C)
-        attn, self_weights = self.self_attn(
+        attn, _ = self.self_attn(
             self.sublayer_input(x, self.self_attn_layer_norm), attention_mask, past_key_values, **kwargs
         )
         x = self.residual(x, attn, self.self_attn_layer_norm)
-        attn, cross_weights = self.cross_attn(
+        attn, _ = self.cross_attn(
             self.sublayer_input(x, self.cross_attn_layer_norm),
             encoder_attention_mask,
             past_key_values,
@@ -124,7 +125,7 @@ class TransformerDecoderLayer(TransformerLayer):
             **kwargs,
         )
         x = self.residual(x, attn, self.cross_attn_layer_norm)
-        return self.feed_forward(x), self_weights, cross_weights
+        return self.feed_forward(x)
 
 
 class TransformerPreTrainedModel(Seq2SeqPreTrainedMixin, CheckedPreTrainedModel):
@@ -165,12 +166,16 @@ class TransformerPreTrainedModel(Seq2SeqPreTrainedMixin, CheckedPreTrainedModel)
         return linear.out_features
 
 
-class TransformerStack(nn.Module):
-    """Embeddings and the final norm of one stack (encoder or decoder): sqrt(d) E[x] + positions, then dropout."""
+class TransformerStack(TransformerPreTrainedModel):
+    """Embeddings and the final norm of one stack (encoder or decoder): sqrt(d) E[x] + positions, then dropout.
+
+    A PreTrainedModel of its own, as BART's encoder and decoder are, so that transformers' output capturing
+    (`_can_record_outputs`, `@capture_outputs`) collects every layer's states and attention maps with hooks instead
+    of a bookkeeping loop. Its config is the model's: the attention kernel is read from
+    `config._attn_implementation` at each call, so `model.set_attn_implementation(...)` takes effect at once."""
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        self.config = config  # the attention kernel is read from config._attn_implementation at each call
+        super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         if config.position_embedding_type == "sinusoidal":
             self.embed_positions = SinusoidalPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
@@ -181,6 +186,16 @@ class TransformerStack(nn.Module):
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LN; post-LN ends normalised.
         pre = config.norm_position == "pre"
         self.norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps) if pre else nn.Identity()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def init_weights(self):
+        """Nothing here: a stack is built inside `TransformerModel`, whose `post_init` initialises every weight in
+        one pass, in module order (so a seed gives the same weights as when the stacks were plain modules)."""
 
     def input_shape(self, input_ids, inputs_embeds) -> tuple[int, int, torch.device]:
         if (input_ids is None) == (inputs_embeds is None):
@@ -204,12 +219,18 @@ class TransformerStack(nn.Module):
 
 class TransformerEncoder(TransformerStack):
     input_name = "input_ids"
+    # hidden_states: the input of the first layer, then each layer's output (the last one after the final norm)
+    _can_record_outputs = {
+        "hidden_states": TransformerEncoderLayer,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+    }
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.layers = nn.ModuleList(TransformerEncoderLayer(config, i) for i in range(config.encoder_layers))
+        self.post_init()
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -219,39 +240,36 @@ class TransformerEncoder(TransformerStack):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        """The source states (B, S, C). `attention_mask` (B, S): 1 on tokens, 0 on padding (either side)."""
+        """The source states (B, S, C). `attention_mask` (B, S): 1 on tokens, 0 on padding (either side).
+        `output_hidden_states` / `output_attentions` are collected by `@capture_outputs`."""
         config = self.config
         batch_size, source_length, device = self.input_shape(input_ids, inputs_embeds)
         check_attention_mask(attention_mask, batch_size, source_length)
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        _check_attention_weights_available(config, output_attentions)
+        _check_attention_weights_available(
+            config, config.output_attentions if output_attentions is None else output_attentions
+        )
         positions = positions_from_attention_mask(attention_mask, 0, source_length, device)
         hidden_states = self.embed(input_ids, inputs_embeds, positions, source_length)
         mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-
-        all_hidden_states, all_attentions = [], []
         for layer in self.layers:
-            all_hidden_states.append(hidden_states)
-            hidden_states, weights = layer(hidden_states, attention_mask=mask, **kwargs)
-            all_attentions.append(weights)
-        hidden_states = self.norm(hidden_states)
-        all_hidden_states.append(hidden_states)
-        return BaseModelOutput(
-            last_hidden_state=hidden_states,
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
-            attentions=tuple(all_attentions) if output_attentions else None,
-        )
+            hidden_states = layer(hidden_states, attention_mask=mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=self.norm(hidden_states))
 
 
 class TransformerDecoder(TransformerStack):
     input_name = "decoder_input_ids"
+    _can_record_outputs = {
+        "hidden_states": TransformerDecoderLayer,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="cross_attn"),
+    }
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.layers = nn.ModuleList(TransformerDecoderLayer(config, i) for i in range(config.decoder_layers))
+        self.post_init()
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -270,9 +288,9 @@ class TransformerDecoder(TransformerStack):
         (B, S) source padding; `past_key_values` is an `EncoderDecoderCache`, filled as it goes."""
         config = self.config
         batch_size, target_length, device = self.input_shape(input_ids, inputs_embeds)
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        _check_attention_weights_available(config, output_attentions)
+        _check_attention_weights_available(
+            config, config.output_attentions if output_attentions is None else output_attentions
+        )
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
         self_cache = past_key_values
@@ -293,10 +311,8 @@ class TransformerDecoder(TransformerStack):
             encoder_hidden_states=encoder_hidden_states,
         )
 
-        all_hidden_states, all_self, all_cross = [], [], []
         for layer in self.layers:
-            all_hidden_states.append(hidden_states)
-            hidden_states, self_weights, cross_weights = layer(
+            hidden_states = layer(
                 hidden_states,
                 encoder_hidden_states,  # positional, so gradient checkpointing passes its gradient through
                 attention_mask=causal_mask,
@@ -304,16 +320,8 @@ class TransformerDecoder(TransformerStack):
                 past_key_values=past_key_values,
                 **kwargs,
             )
-            all_self.append(self_weights)
-            all_cross.append(cross_weights)
-        hidden_states = self.norm(hidden_states)
-        all_hidden_states.append(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
-            attentions=tuple(all_self) if output_attentions else None,
-            cross_attentions=tuple(all_cross) if output_attentions else None,
+            last_hidden_state=self.norm(hidden_states), past_key_values=past_key_values if use_cache else None
         )
 
 
@@ -346,7 +354,10 @@ class TransformerModel(TransformerPreTrainedModel):
         **kwargs,
     ) -> Seq2SeqModelOutput:
         """`encoder_outputs`, if given (e.g. by `generate`, which encodes once), replace running the encoder."""
-        use_cache = (self.config.use_cache and not self.training) if use_cache is None else use_cache
+        config = self.config
+        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
