@@ -160,14 +160,14 @@ def cmd_generate(args) -> None:
 
         set_seed(args.seed)
     config = AutoConfig.from_pretrained(args.folder)
-    task = "translation" if config.is_encoder_decoder else "text-generation"
-    generator = pipeline(task, model=args.folder)
+    pipeline_name = "translation" if config.is_encoder_decoder else "text-generation"
+    generator = pipeline(pipeline_name, model=args.folder)
     kwargs = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, do_sample=args.do_sample)
     if args.do_sample:
         kwargs |= dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     for prompt in prompts:
         out = generator(prompt, **kwargs)
-        key = "translation_text" if task == "translation" else "generated_text"
+        key = "translation_text" if config.is_encoder_decoder else "generated_text"
         print(out[0][key])
 
 
@@ -229,6 +229,26 @@ def cmd_lineage(args) -> None:
             f"{record['name']:>7}: {record['eval_bits_per_byte']:.4f} bits per byte, {record['train_tokens']:,} tokens"
         )
     print(f"lineage.md, lineage.json and learning_curves.png in {args.output_dir}/")
+
+
+def cmd_experiment(args) -> None:
+    from hf_seq.experiments import EXPERIMENTS  # a table only: no torch until an experiment runs
+
+    if args.list or args.name is None:
+        width = max(map(len, EXPERIMENTS))
+        print("\n".join(f"{name:<{width}}  {line}" for name, line in EXPERIMENTS.items()))
+        if not args.list:
+            raise SystemExit("hf-seq experiment: name one of the experiments above (or --list)")
+        return
+    if args.name not in EXPERIMENTS:
+        raise SystemExit(f"hf-seq experiment: unknown experiment {args.name!r}; choose one of {', '.join(EXPERIMENTS)}")
+    from hf_seq.experiments import get_experiment
+
+    output_dir = args.output_dir or f"hf-seq-experiments/{args.name}"
+    results = get_experiment(args.name).run(quick=args.quick, output_dir=output_dir)
+    for row in results["claims"]:
+        print(f"[{'agrees' if row['agrees'] else 'DISAGREES'}] {row['claim']}: {row['measured']}")
+    print(f"{results['seconds']:.0f} s; results.md, results.json and {', '.join(results['plots'])} in {output_dir}/")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,6 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="torch threads (default: one per idle core)")
     p.add_argument("--output-dir", default="lineage")
     p.set_defaults(func=cmd_lineage)
+
+    p = commands.add_parser("experiment", help="run one of the lectures' experiments: a table, a JSON file and plots")
+    p.add_argument("name", nargs="?", help="the experiment (see --list)")
+    p.add_argument("--list", action="store_true", help="name the experiments, one line each")
+    p.add_argument("--quick", action="store_true", help="tiny models and budget (a test, not a result)")
+    p.add_argument(
+        "--output-dir", help="where results.md, results.json and the plots go (default hf-seq-experiments/NAME)"
+    )
+    p.set_defaults(func=cmd_experiment)
     return parser
 
 
