@@ -94,6 +94,8 @@ def _check_type(key: str, value, annotation):
         options = typing.get_args(annotation)
         if value is None and type(None) in options:
             return None
+        if isinstance(value, list):  # a list is checked item by item against the list option
+            options = [o for o in options if typing.get_origin(o) is list] or options
         errors = []
         for option in options:
             if option is type(None):
@@ -209,13 +211,13 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         raise RecipeError(str(error.args[0])) from None
     from hf_seq.tasks import TASKS
 
-    command_tasks = {name: task for name, task in TASKS.items() if task.command == command}
-    tasks = [name for name, task in command_tasks.items() if task.auto_class in fam.models]
+    command_tasks = {name: entry for name, entry in TASKS.items() if entry.command == command}
+    tasks = [name for name, entry in command_tasks.items() if entry.auto_class in fam.models]
     if recipe.task is None:
         recipe.task = tasks[0] if tasks else None
     if recipe.task not in command_tasks:
         other = "finetune" if command == "train" else "train"
-        hint = f" ({recipe.task!r} is a task of `hf-seq {other}`)" if recipe.task in TASKS else ""
+        hint = f" ({recipe.task!r} is a task of `hf-seq {other}`)" if TASKS.get(recipe.task) else ""
         raise RecipeError(
             f"recipe key 'task': {recipe.task!r} is not a task of `hf-seq {command}`{hint}; allowed values: "
             f"{list(command_tasks)}"

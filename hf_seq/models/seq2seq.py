@@ -164,7 +164,7 @@ def drop_pipelines_registered_here(config_kwargs: dict) -> None:
     if pipelines is None:
         return
     supported = pipelines.PIPELINE_REGISTRY.supported_tasks
-    if all(task in supported and task not in pipelines.REMOVED_TASKS for task in tasks):
+    if all(name in supported and name not in pipelines.REMOVED_TASKS for name in tasks):
         config_kwargs.pop("custom_pipelines")
 
 
