@@ -506,6 +506,19 @@ def test_loss_is_summed_over_trainer_item_count():
     torch.testing.assert_close(summed, mean / 4)  # 8 scored tokens here, 4 times as many in the whole batch
 
 
+def test_label_smoothing_is_the_shared_seq2seq_loss():
+    from hf_seq.models.seq2seq import seq2seq_loss
+
+    model = tiny_model(label_smoothing=0.1)
+    labels = torch.randint(FIRST_WORD, 99, (2, 5))
+    labels[0, 3:] = -100
+    with torch.no_grad():
+        out = model(**source_batch(), labels=labels)
+        plain = tiny_model()(**source_batch(), labels=labels).loss
+    torch.testing.assert_close(out.loss, seq2seq_loss(out.logits, labels, label_smoothing=0.1))
+    assert not torch.allclose(out.loss, plain)  # the same weights: the config's epsilon is what changed
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     from hf_seq.tokenization import train_bpe_tokenizer

@@ -40,7 +40,8 @@ class BahdanauConfig(PreTrainedConfig):
     - `hidden_size` (n): units per direction of the encoder. `decoder_hidden_size` (default n; 2n for `dot`, whose
       score compares s with the 2n-dimensional annotations directly). `attention_size` (n', default n): hidden units
       of the additive alignment model. `embedding_size` (m): word embeddings, source and target.
-    - `num_hidden_layers`: depth of the encoder (each layer bidirectional) and of the decoder (the paper: 1).
+    - `num_hidden_layers`: depth of the encoder (each layer bidirectional unless `encoder_bidirectional=False`) and
+      of the decoder (the paper: 1; Sutskever et al.: 4).
     - `maxout` (default True): the deep output t_i = max-pool of pairs of 2l linear units (Goodfellow et al. 2013);
       False: t_i = tanh of l units. l = `deep_output_size`.
     - `scheduled_sampling` (Bengio et al. 2015): in training, the probability that the decoder reads its own
