@@ -26,16 +26,17 @@ DEMO_RECIPE = {
     "data": {"dataset": "stdlib", "block_size": 128, "max_chars": 3_000_000},
     "training": {
         "output_dir": "hf-seq-demo",
-        "max_steps": 500,
+        "max_steps": 100_000,  # the wall-clock budget (--minutes) ends the run
         "batch_size": 16,
         "learning_rate": 2e-3,
         "warmup_steps": 30,
-        "eval_every": 250,
-        "save_every": 250,
+        "eval_every": 100_000,
+        "save_every": 100,
     },
     "card": {"description": "A small GPT trained by `hf-seq demo` on the Python standard library sources."},
 }
-DEMO_PROMPTS = ("def ", "import os\n", "class ", "    return ")
+# No trailing spaces: byte-level BPE tokens carry the space before a word, so "def " would end in a lone space token.
+DEMO_PROMPTS = ("def", "import os\n", "class", "    return", "for i in")
 
 
 def cmd_demo(args) -> None:
@@ -44,11 +45,16 @@ def cmd_demo(args) -> None:
     from hf_seq.recipes import load_recipe
     from hf_seq.training import run
 
-    overrides = [f"training.output_dir={args.output_dir}", *args.overrides]
+    overrides = [f"training.output_dir={args.output_dir}", f"training.max_seconds={args.minutes * 60}", *args.overrides]
     recipe = load_recipe(DEMO_RECIPE, overrides)
     out = Path(recipe.training.output_dir)
-    print(f"Training a tokenizer and a GPT on the Python standard library; output in {out}/")
-    summary = run(recipe, resume=args.resume)
+    earlier = out / "checkpoints" / "recipe.json"
+    # a finished earlier demo in the same folder is replaced; anything else there is protected as `train` protects it
+    replace = not args.resume and (out / "metrics.json").exists() and earlier.exists() and (
+        json.loads(earlier.read_text()).get("card") == DEMO_RECIPE["card"]
+    )
+    print(f"Training a tokenizer and a GPT on the Python standard library for {args.minutes:g} min; output in {out}/")
+    summary = run(recipe, resume=args.resume, overwrite=replace)
     print(
         f"{summary['steps']} steps, {summary['tokens']:,} tokens in {summary['seconds']:.0f}s "
         f"({summary['tokens_per_second']:,.0f} tokens/s); held-out perplexity {summary['eval_perplexity']:.1f}, "
@@ -59,7 +65,7 @@ def cmd_demo(args) -> None:
     model = AutoModelForCausalLM.from_pretrained(out)
     generator = pipeline("text-generation", model=model, tokenizer=AutoTokenizer.from_pretrained(out))
     for prompt in DEMO_PROMPTS:
-        text = generator(prompt, max_new_tokens=args.new_tokens, do_sample=True, top_k=40, temperature=0.8)
+        text = generator(prompt, max_new_tokens=args.new_tokens, do_sample=True, top_k=20, temperature=0.7)
         print("-" * 60)
         print(text[0]["generated_text"])
     print("-" * 60)
@@ -184,6 +190,16 @@ def _at_least(low: int):
     return parse
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return value
+
+
 def _number_in(low: float, high: float, what: str):
     def parse(text: str) -> float:
         try:
@@ -257,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("demo", help="train a tokenizer and a small GPT on the standard library, offline")
     p.add_argument("--output-dir", default="hf-seq-demo")
+    p.add_argument("--minutes", type=_positive_float, default=2.0, help="the training budget (default 2)")
     p.add_argument("--new-tokens", type=_at_least(1), default=40)
     p.add_argument("--resume", action="store_true", help="continue an interrupted demo from its last checkpoint")
     p.add_argument("overrides", nargs="*", help="recipe overrides, e.g. training.max_steps=100")

@@ -57,6 +57,9 @@ class TrainingRecipe:
     max_seconds: float | None = None  # a wall-clock budget: training stops at max_steps or here, whichever is first
     threads: int | None = None  # torch threads; None: one per core that is not busy (measured at the start)
     compile: bool = False  # torch.compile the model for the training loop
+    # Bengio et al. (2015) for models with `scheduled_sampling` (Bahdanau): {decay: linear | exponential |
+    # inverse_sigmoid, k: ..., c: ..., minimum: ...}; see hf_seq.schedules.teacher_forcing_probability
+    scheduled_sampling: dict | None = None
     batch_size: int = 16  # the global batch: split over processes and accumulation steps
     gradient_accumulation_steps: int = 1
     learning_rate: float = 1e-3
@@ -266,6 +269,15 @@ def validate(recipe: Recipe, command: str = "train") -> None:
             f"({t.gradient_accumulation_steps}): it is the global batch"
         )
     resolve_tracker(t.log_with)  # a named tracker must be installed
+    if t.scheduled_sampling:
+        from hf_seq.schedules import scheduled_sampling_probability
+
+        if "scheduled_sampling" not in {f.name for f in dataclasses.fields(fam.config_class)}:
+            raise RecipeError(f"recipe key 'training.scheduled_sampling': {fam.config} has no scheduled sampling")
+        try:
+            scheduled_sampling_probability(0, **t.scheduled_sampling)
+        except (TypeError, ValueError) as error:
+            raise RecipeError(f"recipe key 'training.scheduled_sampling' {t.scheduled_sampling}: {error}") from None
     style = recipe.tokenizer.style
     if style not in (None, "byte_level", "bert"):
         raise RecipeError(f"recipe key 'tokenizer.style': {style!r}; allowed values: ['byte_level', 'bert']")

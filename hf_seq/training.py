@@ -18,6 +18,7 @@ Exactness is a design goal, not an accident:
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import signal
@@ -120,7 +121,16 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
     if accelerator.is_main_process and partial.exists():
         shutil.rmtree(partial)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(partial), safe_serialization=True)
+    # safetensors stores a tied weight once; accelerate warns that it dropped the tied twin ("Removed shared
+    # tensor"), which is harmless here: load_state loads into the same model, whose tie restores it (resumes are
+    # tested bit-identical)
+    accelerate_logger = logging.getLogger("accelerate.utils.other")
+    level = accelerate_logger.level
+    accelerate_logger.setLevel(logging.ERROR)
+    try:
+        accelerator.save_state(str(partial), safe_serialization=True)
+    finally:
+        accelerate_logger.setLevel(level)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         # written last: marks the checkpoint complete
@@ -275,54 +285,30 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     scheduler = _scheduler(t, optimizer, t.max_steps)
     if resume:
         state = load_checkpoint(accelerator, output_dir, scheduler)
+        # a resumed run may be given a new max_steps: the schedule then ends there
+        planned = state["planned_steps"] if t.max_seconds else t.max_steps
+        state["planned_steps"] = min(planned, t.max_steps)
         scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
     if tracker:
         accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
 
-    micro = t.batch_size // (t.gradient_accumulation_steps * processes)
-    steps_per_epoch = len(train_set) // t.batch_size
     bar = tqdm(total=state["planned_steps"], initial=state["step"], desc="training", disable=not progress)
     bar.disable = bar.disable or not accelerator.is_local_main_process
     start_time = time.perf_counter() - state["seconds"]
     model.train()
     with StopRequest() as stop:
         while state["step"] < state["planned_steps"]:
-            epoch, index = divmod(state["step"], steps_per_epoch)
-            order = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(t.seed * 100003 + epoch))
-            rows = order[index * t.batch_size : (index + 1) * t.batch_size].tolist()[
-                accelerator.process_index :: processes
-            ]
-            batches = [
-                collator([train_set[i] for i in rows[k * micro : (k + 1) * micro]]) for k in range(len(rows) // micro)
-            ]
-            batches = [
-                {k: v.to(accelerator.device) for k, v in b.items() if k != "special_tokens_mask"} for b in batches
-            ]
-            predicted = sum(task.count_predicted(b["labels"]) for b in batches)
-            num_items = accelerator.reduce(torch.tensor(predicted, device=accelerator.device), reduction="sum")
-            step_loss = torch.zeros((), device=accelerator.device)
-            for k, batch in enumerate(batches):
-                with contextlib.nullcontext() if k == len(batches) - 1 else accelerator.no_sync(model):
-                    # summed over this micro-batch / tokens of the whole global batch; DDP averages over processes
-                    loss = model(**batch, num_items_in_batch=num_items).loss
-                    accelerator.backward(loss * processes)
-                step_loss += loss.detach()
-            if t.max_grad_norm:
-                accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-
+            set_scheduled_sampling(recipe, accelerator.unwrap_model(model), state["step"])
+            batches = global_batch(train_set, collator, state["step"], t, accelerator)
+            loss = train_step(model, optimizer, scheduler, batches, task, t, accelerator)
             state["step"] += 1
-            state["tokens"] += sum(int(b["input_ids"].numel()) for b in batches) * processes
+            state["tokens"] += sum(int(b["input_ids"].numel()) for b in batches) * accelerator.num_processes
             state["seconds"] = time.perf_counter() - start_time
-            state["losses"].append(accelerator.reduce(step_loss, reduction="sum").item())
+            state["losses"].append(loss)
             bar.update(1)
-            bar.set_postfix(loss=f"{state['losses'][-1]:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if tracker:
-                accelerator.log(
-                    {"train/loss": state["losses"][-1], "train/lr": scheduler.get_last_lr()[0]}, step=state["step"]
-                )
+                accelerator.log({"train/loss": loss, "train/lr": scheduler.get_last_lr()[0]}, step=state["step"])
             if t.max_seconds and state["step"] == min(10, state["planned_steps"] - 1) and not resume:
                 state["planned_steps"] = _plan_steps(t, state, accelerator)  # fit the schedule to the budget
                 scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
@@ -341,7 +327,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
                 bar.close()
                 accelerator.print(
                     f"\n{stop.signal or 'stop'}: saved a checkpoint of step {state['step']} in {output_dir}/checkpoints; "
-                    f"continue with the same command and --resume"
+                    "continue with the same command and --resume"
                 )
                 raise SystemExit(130 if stop.signal == "SIGINT" else 143)
             if last:
@@ -350,6 +336,46 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     if tracker:
         accelerator.end_training()
     return finish(recipe, accelerator, model, prepared, state)
+
+
+def global_batch(train_set, collator, step: int, t, accelerator) -> list[dict]:
+    """This process's micro-batches of step `step`: the step's rows of a permutation seeded by (seed, epoch), every
+    P-th of them for process p of P, cut into gradient-accumulation micro-batches."""
+    epoch, index = divmod(step, len(train_set) // t.batch_size)
+    order = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(t.seed * 100003 + epoch))
+    rows = order[index * t.batch_size : (index + 1) * t.batch_size].tolist()
+    rows = rows[accelerator.process_index :: accelerator.num_processes]
+    micro = len(rows) // t.gradient_accumulation_steps
+    batches = [collator([train_set[i] for i in rows[k : k + micro]]) for k in range(0, len(rows), micro)]
+    return [{k: v.to(accelerator.device) for k, v in b.items() if k != "special_tokens_mask"} for b in batches]
+
+
+def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accelerator) -> float:
+    """One optimizer step over the global batch; returns its mean loss per predicted token."""
+    predicted = sum(task.count_predicted(b["labels"]) for b in batches)
+    num_items = accelerator.reduce(torch.tensor(predicted, device=accelerator.device), reduction="sum")
+    step_loss = torch.zeros((), device=accelerator.device)
+    for k, batch in enumerate(batches):
+        with contextlib.nullcontext() if k == len(batches) - 1 else accelerator.no_sync(model):
+            # summed over this micro-batch / tokens of the whole global batch; DDP averages over processes
+            loss = model(**batch, num_items_in_batch=num_items).loss
+            accelerator.backward(loss * accelerator.num_processes)
+        step_loss += loss.detach()
+    if t.max_grad_norm:
+        accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return accelerator.reduce(step_loss, reduction="sum").item()
+
+
+def set_scheduled_sampling(recipe: Recipe, model, step: int) -> None:
+    """`training.scheduled_sampling` (decay, k, c, minimum): the probability that the decoder reads its own
+    prediction, decayed as Bengio et al. (2015) describe, set on the model's config before each step."""
+    if recipe.training.scheduled_sampling:
+        from hf_seq.schedules import scheduled_sampling_probability
+
+        model.config.scheduled_sampling = scheduled_sampling_probability(step, **recipe.training.scheduled_sampling)
 
 
 def _scheduler(t, optimizer, steps: int, state_dict: dict | None = None):

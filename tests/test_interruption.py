@@ -1,5 +1,6 @@
 """Interruption, resume and overwrite: no lost work, no silent restart, no code run from a checkpoint folder."""
 
+import json
 import pickle
 import signal
 import time
@@ -116,6 +117,10 @@ def test_fp16_on_a_cpu_is_refused_with_the_alternative(tmp_path):
 
 
 def test_bf16_on_a_cpu_trains_and_saves_fp32_weights(tmp_path):
-    summary = run(_recipe(tmp_path / "run", "training.max_steps=3", "training.mixed_precision=bf16"), progress=False)
+    # a process of its own: accelerate fixes the mixed precision of a process at its first Accelerator
+    process = _train(tmp_path, tmp_path / "run", ["training.max_steps=3", "training.mixed_precision=bf16"])
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, output
+    summary = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert torch.isfinite(torch.tensor(summary["final_train_loss"]))
     assert {t.dtype for t in _weights(tmp_path / "run").values()} == {torch.float32}

@@ -259,3 +259,32 @@ def test_no_task_name_branches_outside_the_task_table():
             if re.search(r"\btask (==|!=|in) |\.task ==|__name__\.endswith\(", line):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_recipe_sets_a_scheduled_sampling_decay(tmp_path):
+    from hf_seq.training import run
+
+    decay = {"decay": "linear", "k": 1.0, "c": 0.25}
+    recipe = load_recipe(
+        {
+            "family": "bahdanau",
+            "model": {"hidden_size": 16, "embedding_size": 8, "attention_size": 8},
+            "tokenizer": {"vocab_size": 300},
+            "data": {"dataset": "reversal", "block_size": 16, "max_examples": 200, "eval_examples": 4},
+            "training": {
+                "max_steps": 3,
+                "batch_size": 8,
+                "output_dir": str(tmp_path / "s"),
+                "log_with": "none",
+                "scheduled_sampling": decay,
+                "generation_max_new_tokens": 4,
+            },
+        }
+    )
+    run(recipe, progress=False)
+    saved = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert saved["scheduled_sampling"] == pytest.approx(0.5)  # 1 - (1 - 0.25 * 2) before the third step
+    with pytest.raises(RecipeError, match="training.scheduled_sampling"):
+        load_recipe({"family": "gpt", "training": {"scheduled_sampling": decay}})
+    with pytest.raises(RecipeError, match="k <= 1"):
+        load_recipe({"family": "bahdanau", "training": {"scheduled_sampling": {"decay": "linear", "k": 2.0}}})
