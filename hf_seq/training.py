@@ -292,8 +292,9 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     if tracker:
         accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
 
-    bar = tqdm(total=state["planned_steps"], initial=state["step"], desc="training", disable=not progress)
-    bar.disable = bar.disable or not accelerator.is_local_main_process
+    total = None if t.max_seconds and not resume else state["planned_steps"]  # known once the budget is planned
+    disable = not (progress and accelerator.is_local_main_process)
+    bar = tqdm(total=total, initial=state["step"], desc="training", disable=disable)
     start_time = time.perf_counter() - state["seconds"]
     model.train()
     with StopRequest() as stop:
@@ -313,6 +314,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
                 state["planned_steps"] = _plan_steps(t, state, accelerator)  # fit the schedule to the budget
                 scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
                 bar.total = state["planned_steps"]
+                bar.refresh()
             last = state["step"] >= state["planned_steps"] or _out_of_time(t, state, accelerator)
             if state["step"] % t.eval_every == 0 or last:
                 metrics = tasks.evaluate(recipe, prepared, accelerator.unwrap_model(model), accelerator.device)
