@@ -148,6 +148,7 @@ def finish(name: str, title: str, output_dir: Path, results: dict, body: str, st
         "experiment": name,
         **results,
         "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(_cpu_seconds(), 1),
         "machine": machine(),
         "plots": plots,
     }
@@ -156,8 +157,9 @@ def finish(name: str, title: str, output_dir: Path, results: dict, body: str, st
     text = "\n\n".join(
         [
             f"# {title}",
-            f"`{results['command']}`: {results['seconds']:.0f} s on {results['machine']['cores']} CPU cores "
-            f"(load average {results['machine']['load_average'][0]:.2f} at the end).",
+            f"`{results['command']}`: {results['seconds']:.0f} s wall clock, {results['cpu_seconds']:.0f} CPU seconds, "
+            f"on {results['machine']['cores']} CPU cores shared with other work (load average "
+            f"{results['machine']['load_average'][0]:.2f} at the end).",
             body.strip(),
             "## What the lecture claims, and what this run measured",
             claims_table(results["claims"]),
@@ -168,6 +170,13 @@ def finish(name: str, title: str, output_dir: Path, results: dict, body: str, st
     (output_dir / "results.md").write_text(text + "\n")
     (output_dir / "results.json").write_text(json.dumps(_plain(results), indent=1, allow_nan=False) + "\n")
     return results
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of the worker processes it waited for, since it started (the wall clock of a run
+    on a shared machine says more about the others' load than about the run)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _plain(value):

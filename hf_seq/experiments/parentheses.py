@@ -53,7 +53,7 @@ DEFAULTS = dict(
     seed=0,
     threads=1,
 )
-QUICK = dict(parameters=4000, steps=30, batch_size=16, train_length=8, test_length=16, test_examples=16)
+QUICK = dict(parameters=7000, steps=30, batch_size=16, train_length=8, test_length=16, test_examples=16)
 
 
 def build(name: str, hidden_size: int, max_positions: int):

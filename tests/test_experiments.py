@@ -1,0 +1,149 @@
+"""The lectures' experiments at --quick size: each writes results.md, results.json (with its claims) and its plots,
+and the behaviour each one rests on holds (a causal map is causal, greedy decoding is beam search of width 1, ...)."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from hf_seq.cli import main
+from hf_seq.experiments import EXPERIMENTS, get_experiment
+from hf_seq.schedules import scheduled_sampling_probability, teacher_forcing_probability
+
+
+def check_written(folder, results: dict) -> dict:
+    """The files are there, results.json holds what run() returned, and every claim has its three fields."""
+    saved = json.loads((folder / "results.json").read_text())
+    assert saved["experiment"] in EXPERIMENTS and saved["seconds"] == results["seconds"]
+    assert saved["claims"] == results["claims"] and len(saved["claims"]) >= 2
+    for row in saved["claims"]:
+        assert set(row) == {"claim", "measured", "agrees"} and isinstance(row["agrees"], bool)
+        assert row["claim"] and row["measured"]
+    text = (folder / "results.md").read_text()
+    assert "| the lecture claims | this run measured | agrees |" in text
+    assert all(row["claim"] in text for row in saved["claims"])
+    assert saved["plots"]
+    for plot in saved["plots"]:
+        assert (folder / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+        assert f"]({plot})" in text
+    return saved
+
+
+def test_list_names_every_experiment(capsys):
+    assert main(["experiment", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(line.split()[0] in EXPERIMENTS for line in out.splitlines()) and len(out.splitlines()) == 7
+
+
+def test_unknown_experiment_and_option_are_named():
+    with pytest.raises(SystemExit, match="unknown experiment 'nope'"):
+        main(["experiment", "nope"])
+    with pytest.raises(ValueError, match="bogus"):
+        get_experiment("parentheses").run(quick=True, bogus=1)
+
+
+def test_vanishing_gradients_through_the_cli(tmp_path, capsys):
+    main(["experiment", "vanishing_gradients", "--quick", "--output-dir", str(tmp_path)])
+    assert "[agrees]" in capsys.readouterr().out or "[DISAGREES]" in capsys.readouterr().out
+    saved = check_written(tmp_path, json.loads((tmp_path / "results.json").read_text()))
+    models = saved["models"]
+    # the measured ratio is 1 at distance 0 and, at initialisation, the tanh Elman's falls faster than the LSTM's
+    assert all(math.isclose(m["init"]["jacobian"][0], 1.0) for m in models.values())
+    assert models["Elman tanh"]["init"]["jacobian_decay"] < models["LSTM"]["init"]["jacobian_decay"] < 1
+    far = saved["distance_max"]
+    assert models["Elman tanh"]["init"]["jacobian"][far] < 1e-3 * models["Elman tanh"]["init"]["jacobian"][1]
+
+
+def test_parentheses(tmp_path):
+    module = get_experiment("parentheses")
+    results = module.run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    options = saved["options"]
+    for m in saved["models"].values():
+        lengths = [int(n) for n in m["by_length"]]
+        assert max(lengths) == options["test_length"] > options["train_length"]  # tested longer than trained
+        assert all(0 <= a <= 1 for a in m["by_length"].values())
+    sizes = [m["parameters"] for m in saved["models"].values()]
+    assert max(sizes) < 2 * min(sizes)  # matched size
+    assert module.depth("( [ ] ) { [ ( ) ] }") == 3
+
+
+def test_positions_learned_row_is_marked_beyond_its_table(tmp_path):
+    results = get_experiment("positions").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    context = saved["options"]["context"]
+    learned = saved["models"]["learned"]["scales"]
+    assert math.isfinite(learned["1"]["eval_loss"])
+    assert "max_position_embeddings" in learned["2"]["error"] and "error" in learned["4"]
+    assert f"beyond the table (max_position_embeddings = {context})" in (tmp_path / "results.md").read_text()
+    for kind in ("sinusoidal", "rope", "alibi"):  # these read 4x the context
+        scales = saved["models"][kind]["scales"]
+        assert all(math.isfinite(scales[s]["eval_loss"]) for s in ("1", "2", "4"))
+        assert len(scales["4"]["per_position"]) == 4 * context - 1
+
+
+def test_decoding_greedy_is_beam_width_one(tmp_path):
+    results = get_experiment("decoding").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    assert saved["greedy_equals_beam1"] is True
+    assert saved["samples"]["greedy (argmax loop)"] == saved["samples"]["beam 1"]
+    strategies = saved["strategies"]
+    # argmax tokens are the likeliest: the model finds its greedy output far likelier than its hot samples
+    assert strategies["beam 1"]["output_perplexity"] < strategies["sampling t=1.3"]["output_perplexity"]
+    assert all(0 <= s["distinct_2"] <= 1 for s in strategies.values())
+
+
+def test_attention_maps_causal_and_bidirectional(tmp_path):
+    results = get_experiment("attention_maps").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    assert saved["gpt_weight_on_later_tokens"] == 0.0  # causal masking
+    assert saved["bert_weight_on_later_tokens"] > 0.1  # no masking
+    assert {"gpt.png", "bert.png", "transformer.png"} <= set(saved["plots"])
+
+
+def test_exposure_bias_follows_its_schedules(tmp_path):
+    results = get_experiment("exposure_bias").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    models = saved["models"]
+    assert models["teacher forcing"]["final_sampling_probability"] == 0.0
+    for label, m in models.items():
+        assert len(m["free"]) == len(m["forced"]) == saved["options"]["length"] + 1
+        if label != "teacher forcing":
+            assert m["final_sampling_probability"] > 0.3
+            assert m["schedule"] == sorted(m["schedule"])  # the probability of reading its own token only grows
+
+
+def test_scheduled_sampling_decays():
+    # Bengio et al. (2015), section 2.4: epsilon_i starts near 1 and decays
+    assert teacher_forcing_probability(0, "exponential", k=0.9) == 1.0
+    assert math.isclose(teacher_forcing_probability(3, "exponential", k=0.9), 0.729)
+    assert teacher_forcing_probability(500, "linear", k=1.0, c=0.001, minimum=0.2) == 0.5
+    assert teacher_forcing_probability(5000, "linear", k=1.0, c=0.001, minimum=0.2) == 0.2
+    assert math.isclose(teacher_forcing_probability(100, "inverse_sigmoid", k=100), 100 / (100 + math.e))
+    steps = [scheduled_sampling_probability(i, "inverse_sigmoid", k=50) for i in range(0, 1000, 50)]
+    assert steps == sorted(steps) and steps[0] < 0.05 and steps[-1] > 0.99
+    with pytest.raises(ValueError, match="allowed values"):
+        teacher_forcing_probability(0, "cosine", k=1)
+    with pytest.raises(ValueError, match="k >= 1"):
+        teacher_forcing_probability(0, "inverse_sigmoid", k=0.5)
+    with pytest.raises(ValueError, match="0 < k < 1"):
+        teacher_forcing_probability(0, "exponential", k=1.5)
+
+
+def test_bottleneck(tmp_path):
+    results = get_experiment("bottleneck").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    assert set(saved["designs"]) == {"classic", "additive", "transformer"}
+    for design in saved["designs"].values():
+        assert [int(n) for n in design["scores"]] == saved["lengths"]
+        assert all(0 <= exact <= token <= 1 or exact == 0 for exact, token in design["scores"].values())
+    assert 0 <= saved["designs"]["additive"]["anti_diagonal_weight"] <= 1
+    assert "alignment.png" in saved["plots"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
