@@ -36,6 +36,7 @@ from .common import (
     finish,
     markdown_table,
     output_folder,
+    prose,
     save_figure,
     stdlib_tokenizer_and_blocks,
     torch_threads,
@@ -264,9 +265,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         year_weight = cross[1:5, start : start + 4].sum(-1).mean().item()
     body = "\n\n".join(
         [
-            " ".join(__doc__.split("\n\n")[0].split()),
-            " ".join(__doc__.split("\n\n")[1].split()),
-            " ".join(__doc__.split("\n\n")[2].split()),
+            prose(__doc__),
             markdown_table(
                 ["model", "parameters", "layers x heads", "training", "final training loss"],
                 [

@@ -5,9 +5,9 @@ An encoder-decoder without attention must squeeze the whole source into one fixe
 word; as sources grow, that vector runs out of room. Attention lets every output step read all the encoder's states.
 Three designs on the same budget (the same batches, the same number of optimizer steps):
 
-- `classic`: the encoder-decoder of Sutskever et al. (2014) / Cho et al. (2014), `BahdanauConfig(attention_type=
-  "none", encoder_bidirectional=False, bridge="final_state", decoder_input="embedding", output_layer="linear")`: the
-  decoder starts from the encoder's final state and reads nothing else. Its width is twice the others', so its fixed
+- `classic`: the encoder-decoder of Sutskever et al. (2014) / Cho et al. (2014), BahdanauConfig with
+  `attention_type="none"`, `encoder_bidirectional=False`, `bridge="final_state"`, `decoder_input="embedding"` and
+  `output_layer="linear"`: the decoder starts from the encoder's final state and reads nothing else. Its width is twice the others', so its fixed
   summary is as large as one attention annotation [->h_j; <-h_j]. (The source is read in order, which favours it
   here: the first letter to write is the last one read.)
 - `additive`: RNNsearch, the bidirectional GRU encoder and Bahdanau's additive attention.
@@ -47,6 +47,7 @@ from .common import (
     letter_ids,
     markdown_table,
     output_folder,
+    prose,
     save_figure,
     torch_threads,
     train,
@@ -187,10 +188,8 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
 
     plots = [plot(designs, folder / "exact_match.png"), "alignment.png"]
     body = "\n\n".join(
-        [" ".join(p.split()) for p in __doc__.split("\n\n")[:2]]
-        + ["- " + " ".join(p.split()).removeprefix("- ") for p in __doc__.split("\n\n")[2].split("\n- ")[1:]]
-        + [
-            " ".join(__doc__.split("\n\n")[3].split()),
+        [
+            prose(__doc__),
             f"{o['steps']} steps on batches of {o['batch_size']} sequences of {o['min_length']}-{o['max_length']} "
             f"letters; {o['examples']} test sequences per length.",
             markdown_table(

@@ -123,6 +123,20 @@ def markdown_table(header: Iterable[str], rows: Iterable[Iterable]) -> str:
     return "\n".join(lines)
 
 
+def prose(doc: str) -> str:
+    """A module docstring as Markdown: wrapped lines joined, each `- ` line starting a list item."""
+    paragraphs = []
+    for paragraph in doc.strip().split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if line.strip().startswith("- ") or not lines:
+                lines.append(line.strip())
+            else:
+                lines[-1] += " " + line.strip()
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
 def claims_table(claims: list[dict]) -> str:
     return markdown_table(
         ("the lecture claims", "this run measured", "agrees"),

@@ -24,6 +24,7 @@ from .common import (
     lm_metrics,
     markdown_table,
     output_folder,
+    prose,
     save_figure,
     stdlib_tokenizer_and_blocks,
     token_byte_lengths,
@@ -196,8 +197,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     plots = [plot(figures, folder / "diversity_vs_perplexity.png")]
     body = "\n\n".join(
         [
-            " ".join(__doc__.split("\n\n")[0].split()),
-            " ".join(__doc__.split("\n\n")[1].split()),
+            prose(__doc__),
             f"The model: GPT, {o['layers']} layers, width {o['hidden_size']}, {count_parameters(model):,} weights, "
             f"byte-level BPE of {len(tokenizer)} tokens, {o['steps']} AdamW steps on blocks of {o['context']} tokens "
             f"(final training loss {trained['final_loss']:.2f} nats/token). {o['prompts']} prompts of "

@@ -34,6 +34,7 @@ from .common import (
     letter_ids,
     markdown_table,
     output_folder,
+    prose,
     save_figure,
     torch_threads,
     train,
@@ -162,9 +163,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     shown = sorted({1, *range(5, positions + 1, 5), positions})
     body = "\n\n".join(
         [
-            " ".join(__doc__.split("\n\n")[0].split()),
-            " ".join(__doc__.split("\n\n")[1].split()),
-            " ".join(__doc__.split("\n\n")[2].split()),
+            prose(__doc__),
             f"GRU encoder-decoder with additive attention ({next(iter(models.values()))['parameters']:,} weights, "
             f"{o['hidden_size']} units); {o['steps']} AdamW steps (peak {o['learning_rate']}, cosine decay) on batches "
             f"of {o['batch_size']} reversals of {o['min_length']}-{o['train_length']} letters, the same batches for "

@@ -25,6 +25,7 @@ from .common import (
     finish,
     markdown_table,
     output_folder,
+    prose,
     save_figure,
     torch_threads,
     train,
@@ -172,8 +173,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     depths = sorted(depth_counts)
     body = "\n\n".join(
         [
-            " ".join(__doc__.split("\n\n")[0].split()),
-            " ".join(__doc__.split("\n\n")[1].split()),
+            prose(__doc__),
             f"Budget {o['parameters']:,} weights per model; one recurrent layer; GPT: 2 layers, 4 heads, RoPE "
             f"positions. {o['steps']} AdamW steps (peak {o['learning_rate']}, GPT {o['gpt_learning_rate']}; cosine "
             f"decay) on batches of {o['batch_size']} strings of one even length in 2-{o['train_length']}. Test: "

@@ -30,6 +30,7 @@ from .common import (
     lm_metrics,
     markdown_table,
     output_folder,
+    prose,
     save_figure,
     stdlib_tokenizer_and_blocks,
     token_byte_lengths,
@@ -171,8 +172,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     plots = [plot(models, folder / "loss_by_position.png", o)]
     body = "\n\n".join(
         [
-            " ".join(__doc__.split("\n\n")[0].split()),
-            " ".join(__doc__.split("\n\n")[1].split()),
+            prose(__doc__),
             f"Each GPT: {o['layers']} layers, width {o['hidden_size']}, {o['heads']} heads, byte-level BPE of "
             f"{len(tokenizer)} tokens trained on the first {o['train_chars']:,} characters; {o['steps']} AdamW steps "
             f"(peak {o['learning_rate']}, cosine decay, weight decay 0.1) on batches of {o['batch_size']} blocks of "

@@ -38,6 +38,7 @@ from .common import (
     letter_ids,
     markdown_table,
     output_folder,
+    prose,
     save_figure,
     torch_threads,
     train,
@@ -189,8 +190,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             )
     body = "\n\n".join(
         [
-            " ".join(__doc__.split("\n\n")[1].split()),
-            " ".join(__doc__.split("\n\n")[2].split()),
+            prose(__doc__.split("\n\n", 1)[1]),
             f"One layer of {o['hidden_size']} units per model, the same seed ({o['seed']}); trained for {o['steps']} "
             f"AdamW steps (peak rate {o['learning_rate']}, cosine decay, clipping at 1) on batches of "
             f"{o['batch_size']} recalls over 1-{o['train_length']} letters; gradients measured on {o['examples']} "
