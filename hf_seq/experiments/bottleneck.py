@@ -57,7 +57,7 @@ NAME = "bottleneck"
 TITLE = "The fixed-context bottleneck: sequence reversal against source length"
 DESIGNS = ("classic", "additive", "transformer")
 PEAK_LR = {"classic": 3e-3, "additive": 3e-3, "none": 3e-3, "transformer": 2e-3}
-DEFAULTS = dict(steps=1000, batch_size=64, min_length=5, max_length=50, examples=100, jobs=2, seed=0)
+DEFAULTS = dict(steps=1000, batch_size=64, min_length=5, max_length=40, examples=100, jobs=2, seed=0)
 QUICK = dict(steps=15, batch_size=8, max_length=12, examples=8, jobs=1)
 
 

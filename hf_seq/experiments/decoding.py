@@ -48,9 +48,9 @@ STRATEGIES = {  # label -> generate() arguments
     "top-p 0.95": dict(do_sample=True, temperature=1.0, top_k=0, top_p=0.95),
 }
 DEFAULTS = dict(
-    context=128,
+    context=64,
     hidden_size=128,
-    layers=3,
+    layers=2,
     heads=4,
     vocab_size=2048,
     steps=600,
@@ -59,8 +59,8 @@ DEFAULTS = dict(
     train_chars=2_000_000,
     heldout_chars=200_000,
     prompts=24,
-    prompt_tokens=24,
-    new_tokens=64,
+    prompt_tokens=16,
+    new_tokens=48,
     seed=0,
     threads=2,
 )
