@@ -9,6 +9,7 @@ timed against itself read 0.92-1.04: a ratio within about 0.08 of 1 is noise.
 
     python bench/bench_gpt.py                      # CPU, fp32, sdpa; writes bench/results/gpt_cpu.md
     python bench/bench_gpt.py --device cuda --dtype bf16 --compile
+    python bench/bench_gpt.py --speed --threads 1    # ours eager vs compiled; decode vs its floor: gpt_speed_cpu.md
 
 Memory: on CPU the growth of the peak resident set size of a fresh process, from just before the model is built to
 the end of the task (one process per model and task); on CUDA `torch.cuda.max_memory_allocated` in such a process.
@@ -314,10 +315,18 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="*", help=f"subset of {list(SIZES)}")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     parser.add_argument("--output", help="markdown file to write (default: bench/results/gpt_<device>.md)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--speed", action="store_true", help="ours only: eager vs compiled training, decode ms/token and its floor"
+    )
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         return memory_child(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.speed:
+        return speed_report(args)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
 
@@ -476,6 +485,191 @@ def write_report(args, sizes, rows, ceilings, peak_source, rounds) -> None:
     if args.quick and not args.output:
         return  # a smoke test does not overwrite the recorded results
     output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    print(f"written to {output}")
+
+
+# ------------------------------------------------------------------------ ours: eager vs compiled, decode vs floor
+DECODE_VARIANTS = {
+    # name: (cache_implementation, compiled, as before issue 16: W (out, in) read transposed, signature parsed)
+    "before: dynamic cache, eager": ("dynamic", False, True),
+    "dynamic cache, eager": ("dynamic", False, False),
+    "static cache, eager": ("static", False, False),
+    "static cache, compiled": ("static", True, False),
+}
+
+
+class Decoder:
+    """Greedy `generate()` of one variant at one batch size; `run()` returns (seconds per new token, tokens)."""
+
+    def __init__(self, model, size: Size, batch: int, variant: tuple[str, bool, bool]):
+        from transformers import CompileConfig
+
+        self.model, self.size, (self.cache, self.compiled, self.before) = model, size, variant
+        generator = torch.Generator().manual_seed(2)
+        self.prompt = torch.randint(1, size.vocab_size, (batch, size.prompt_len), generator=generator)
+        self.compile_config = None
+        if self.compiled:
+            # One graph for the one-token step (the prompt runs eager); transformers compiles in generate() on GPUs
+            # only unless asked. mode="default": "reduce-overhead" means CUDA graphs.
+            self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+            self.compile_config._compile_all_devices = True
+
+    @torch.no_grad()
+    def run(self) -> tuple[float, torch.Tensor]:
+        model, forward = self.model, type(self.model).forward
+        model.transpose_weights_for_decoding = not self.before
+        signature = forward.__dict__.pop("__signature__", None) if self.before else None
+        start = time.perf_counter()
+        out = model.generate(
+            self.prompt,
+            attention_mask=torch.ones_like(self.prompt),
+            max_new_tokens=self.size.new_tokens,
+            do_sample=False,
+            cache_implementation=self.cache,
+            compile_config=self.compile_config,
+        )
+        seconds = time.perf_counter() - start
+        if signature is not None:
+            forward.__signature__ = signature
+        model.transpose_weights_for_decoding = True
+        return seconds / self.size.new_tokens, out
+
+
+def read_bandwidth(repeats: int = 7) -> float:
+    """Bytes/s of summing a 256 MiB tensor on the threads torch uses: what a step that streams its weights can get."""
+    data = torch.ones(64 * 2**20)
+    data.sum()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        data.sum()
+        times.append(time.perf_counter() - start)
+    return data.numel() * 4 / statistics.median(times)
+
+
+def decode_bytes(model, size: Size, batch: int) -> int:
+    """What one decode step must read: every weight once (the position table: one row; a tied matrix once) and the
+    KV cache of every row at the mean length of the generation."""
+    weights = count_flop_params(model) * 4
+    length = size.prompt_len + size.new_tokens / 2
+    return int(weights + batch * 2 * size.num_hidden_layers * length * size.hidden_size * 4)
+
+
+def speed_report(args) -> None:
+    from torch._dynamo.utils import counters
+
+    size = QUICK_SIZES["tiny"] if args.quick else SIZES["small"]
+    rounds = 2 if args.quick else args.rounds
+    torch.set_flush_denormal(True)
+    torch.manual_seed(0)
+    model = GPTForCausalLM._from_config(build_config(size), attn_implementation=args.attn)
+    prepare_generation(model)
+    lines = []
+
+    # Training: the same model eager and compiled (one graph: no graph break, no recompilation), step by step.
+    trainers = {"eager": Trainer(model, size, "cpu", torch.float32, False)}
+    trainers["compiled"] = Trainer(model, size, "cpu", torch.float32, True)
+    start = time.perf_counter()
+    trainers["compiled"].run(1)
+    compile_train = time.perf_counter() - start
+    trainers["eager"].run(1)
+    train = {name: [] for name in trainers}
+    for r in range(rounds):
+        seconds = dict.fromkeys(trainers, 0.0)
+        for _ in range(size.train_steps):
+            for name in trainers if r % 2 == 0 else list(trainers)[::-1]:
+                seconds[name] += trainers[name].run(1)
+        for name in trainers:
+            train[name].append(size.train_steps * size.batch_size * size.seq_len / seconds[name])
+        print(f"train round {r + 1}: " + ", ".join(f"{n} {train[n][-1]:.0f} tok/s" for n in train), flush=True)
+    ratios = [c / e for c, e in zip(train["compiled"], train["eager"])]
+    lines += [
+        f"| training (batch {size.batch_size} x {size.seq_len}) | eager | compiled | compiled / eager |",
+        "|---|---:|---:|---:|",
+        f"| tokens/s | {statistics.median(train['eager']):,.0f} | {statistics.median(train['compiled']):,.0f} | "
+        f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f}) |",
+        f"| first step (compilation) | | {compile_train:.0f} s | |",
+        "",
+    ]
+    graphs_after_training = counters["stats"]["unique_graphs"]
+    del trainers
+    model.eval()
+
+    bandwidth = read_bandwidth()
+    lines += [
+        f"Decode: greedy `generate()`, prompt {size.prompt_len}, {size.new_tokens} new tokens, ms per new token "
+        "(prompt included); ratio: before / variant, median of per-round ratios. Floor: the bytes one step must read "
+        f"(weights once, KV cache at the mean length) / the measured read bandwidth ({bandwidth / 1e9:.1f} GB/s: sum "
+        "of a 256 MiB tensor, same threads).",
+        "",
+        "| batch | variant | ms/token | speed-up vs before | same tokens | first call (s) |",
+        "|---:|---|---:|---:|---|---:|",
+    ]
+    recompiles = {}
+    for batch in (1, size.generate_batch):
+        decoders = {name: Decoder(model, size, batch, variant) for name, variant in DECODE_VARIANTS.items()}
+        first, outputs = {}, {}
+        for name, decoder in decoders.items():  # warm-up; the compiled one compiles its step here
+            start = time.perf_counter()
+            outputs[name] = decoder.run()[1]
+            first[name] = time.perf_counter() - start
+        graphs_before = counters["stats"]["unique_graphs"]
+        times = {name: [] for name in decoders}
+        for r in range(rounds):
+            for name in decoders if r % 2 == 0 else list(decoders)[::-1]:
+                seconds, out = decoders[name].run()
+                times[name].append(seconds)
+                assert torch.equal(out, outputs[name]), f"{name}: greedy decoding changed between calls"
+            print(
+                f"decode batch {batch} round {r + 1}: " + ", ".join(f"{n} {times[n][-1] * 1e3:.2f} ms" for n in times)
+            )
+        recompiles[batch] = counters["stats"]["unique_graphs"] - graphs_before
+        before = times["before: dynamic cache, eager"]
+        for name in decoders:
+            ratios = [b / t for b, t in zip(before, times[name])]
+            same = "yes" if torch.equal(outputs[name], outputs["before: dynamic cache, eager"]) else "**no**"
+            lines.append(
+                f"| {batch} | {name} | {statistics.median(times[name]) * 1e3:.2f} | **{statistics.median(ratios):.2f}** "
+                f"({min(ratios):.2f}-{max(ratios):.2f}) | {same} | {first[name]:.1f} |"
+            )
+        floor = decode_bytes(model, size, batch) / bandwidth
+        lines.append(
+            f"| {batch} | floor: {decode_bytes(model, size, batch) / 1e6:.1f} MB / bandwidth | {floor * 1e3:.2f} | | | |"
+        )
+    lines += [
+        "",
+        f"torch._dynamo: {graphs_after_training} graph(s) for the training step, "
+        f"{counters['stats']['unique_graphs'] - graphs_after_training} for the decode steps (one per batch size and "
+        f"weight layout), {sum(recompiles.values())} compiled during the timed rounds (none: no recompilation per "
+        f"step or per call); graph breaks: {sum(counters['graph_break'].values())}, recompilations: "
+        f"{sum(counters['recompiles'].values())}.",
+    ]
+    write_speed_report(args, size, rounds, lines)
+
+
+def write_speed_report(args, size: Size, rounds: int, lines: list[str]) -> None:
+    command = "python bench/bench_gpt.py --speed" + (f" --threads {args.threads}" if args.threads else "")
+    command += " --quick" if args.quick else (f" --rounds {rounds}" if rounds != 5 else "")
+    text = "\n".join(
+        [
+            "# GPTForCausalLM: eager vs compiled, decode against its floor (cpu)",
+            "",
+            f"`{command}`: fp32, attention `{args.attn}`, median of {rounds} interleaved rounds.",
+            "",
+            *machine_description("cpu"),
+            f"- **{size.name}**: vocab {size.vocab_size}, {size.num_hidden_layers} layers, d_model {size.hidden_size}, "
+            f"{size.num_attention_heads} heads, training batch {size.batch_size} x {size.seq_len}, "
+            f"{size.train_steps} timed steps per round",
+            "",
+            *lines,
+            "",
+        ]
+    )
+    print("\n" + text)
+    if args.quick and not args.output:
+        return
+    output = Path(args.output) if args.output else Path(__file__).parent / "results" / "gpt_speed_cpu.md"
     output.write_text(text)
     print(f"written to {output}")
 

@@ -136,6 +136,47 @@ def test_torch_compile_matches_eager():
         torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
 
 
+def test_generate_reads_transposed_weights_with_the_same_tokens_and_leaves_the_model_as_it_was():
+    """generate() runs the one-token steps on contiguous W^T copies (models/decoding.py): the same tokens as the
+    (out, in) layout, greedy and beam search, and afterwards the layers, parameters and state dict are unchanged."""
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ids = torch.randint(3, 99, (3, 6))
+    for kwargs in (dict(do_sample=False), dict(num_beams=3, do_sample=False)):
+        outputs = []
+        for transposed in (True, False):
+            model.transpose_weights_for_decoding = transposed
+            outputs.append(model.generate(ids, max_new_tokens=6, pad_token_id=0, eos_token_id=None, **kwargs))
+        assert torch.equal(outputs[0], outputs[1]), kwargs
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(type(m) is torch.nn.Linear and "weight_t" not in m._buffers for m in linears)
+    assert model.state_dict().keys() == before.keys()
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+@pytest.mark.slow
+def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
+    """A compiled one-token step with a static cache: one graph, no recompilation per step or per call."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
+    ids = torch.randint(3, 99, (1, 5))
+    config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+    config._compile_all_devices = True  # transformers compiles in generate() on GPUs only unless asked
+    generate = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
+    eager = model.generate(ids, **generate)
+    torch._dynamo.reset()
+    counters.clear()
+    for _ in range(2):
+        out = model.generate(ids, cache_implementation="static", compile_config=config, **generate)
+        assert torch.equal(out, eager)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"] and not counters["graph_break"]
+
+
 @pytest.fixture(scope="module")
 def saved_gpt(tmp_path_factory):
     """A tiny GPT and its BPE tokenizer saved in one folder, as a user would publish them."""

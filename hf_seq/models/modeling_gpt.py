@@ -5,6 +5,8 @@ h_l = h_{l-1} + Attn(LN(h_{l-1}));  h_l = h_l + FFN(LN(h_l))      (pre-LN, GPT-2
 p(x_{t+1} | x_{<=t}) = softmax(LN(h_L) E^T)                           (tied input/output embeddings)
 """
 
+import inspect
+
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
@@ -19,6 +21,7 @@ from transformers.utils import can_return_tuple
 
 from .attention import MultiHeadAttention
 from .configuration_gpt import GPTConfig
+from .decoding import transposed_linear_weights
 from .layers import FeedForward, make_norm
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
@@ -129,7 +132,10 @@ class GPTModel(GPTPreTrainedModel):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         total_length = past_length + seq_len
         check_attention_mask(attention_mask, batch_size, total_length)
-        if self.embed_positions is not None and total_length > config.max_position_embeddings:
+        # A static cache counts in a tensor: compare outside a compiled graph only (a data-dependent branch would
+        # break it; the cache's own length bounds a compiled decode).
+        too_long = self.embed_positions is not None and not torch.compiler.is_compiling()
+        if too_long and int(total_length) > config.max_position_embeddings:
             raise ValueError(
                 f"GPTModel: {total_length} positions (cache {past_length} + input {seq_len}) exceed "
                 f"max_position_embeddings={config.max_position_embeddings} of {config.position_embedding_type} "
@@ -181,6 +187,8 @@ class GPTModel(GPTPreTrainedModel):
 
 class GPTForCausalLM(GPTPreTrainedModel, CheckedGenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    # generate() on CPU: the linear layers read contiguous W^T copies for the one-token steps (models/decoding.py)
+    transpose_weights_for_decoding = True
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
@@ -193,6 +201,16 @@ class GPTForCausalLM(GPTPreTrainedModel, CheckedGenerationMixin):
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
+
+    def generate(self, *args, **kwargs):
+        """transformers' `generate()`. At batch 1 a step reads every weight once; the matrix-vector products are
+        most of it, so the linear layers read their weights in the layout fastest for a few rows while it runs
+        (models/decoding.py). For a compiled decode pass `cache_implementation="static"` and a `compile_config`
+        (bench/bench_gpt.py measures both)."""
+        if not self.transpose_weights_for_decoding:
+            return super().generate(*args, **kwargs)
+        with transposed_linear_weights(self):
+            return super().generate(*args, **kwargs)
 
     @can_return_tuple
     def forward(
@@ -233,6 +251,11 @@ class GPTForCausalLM(GPTPreTrainedModel, CheckedGenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+
+# generate() reads the signature of a remote-code model's forward at every step (for a `cache_position` argument);
+# computed once here, that costs microseconds instead of about a tenth of a one-token step.
+GPTForCausalLM.forward.__signature__ = inspect.signature(GPTForCausalLM.forward)
 
 
 class GPTForSequenceClassification(GPTPreTrainedModel):
