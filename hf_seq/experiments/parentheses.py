@@ -54,6 +54,8 @@ DEFAULTS = dict(
     seed=0,
     threads=1,
 )
+MIN_STRINGS_PER_DEPTH = 20  # fewer make a noisy point
+
 QUICK = dict(parameters=7000, steps=30, batch_size=16, train_length=8, test_length=16, test_examples=16)
 
 
@@ -168,9 +170,11 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     for r in rows:
         depth_counts[r["depth"]] = depth_counts.get(r["depth"], 0) + 1
     trained_depth = max(depth(r["text"]) for r in rows if r["length"] <= o["train_length"])
-    plots = [plot(models, folder / "accuracy.png", o)]
+    plots = [
+        plot(models, folder / "accuracy.png", o, {d for d, n in depth_counts.items() if n >= MIN_STRINGS_PER_DEPTH})
+    ]
     lengths_shown = [n for n in sorted(next(iter(models.values()))["by_length"]) if n % 10 == 0 or n == 2]
-    depths = sorted(depth_counts)
+    depths = sorted(d for d, n in depth_counts.items() if n >= MIN_STRINGS_PER_DEPTH)
     body = "\n\n".join(
         [
             prose(__doc__),
@@ -201,7 +205,8 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
                     for name, m in models.items()
                 ],
             ),
-            f"Accuracy against nesting depth (all test lengths; the training strings reach depth {trained_depth}):",
+            f"Accuracy against nesting depth (all test lengths; the training strings reach depth {trained_depth}; "
+            f"depths with fewer than {MIN_STRINGS_PER_DEPTH} test strings left out):",
             markdown_table(
                 ["model", *(f"depth {d}" for d in depths)],
                 [["strings", *(depth_counts[d] for d in depths)]]
@@ -218,7 +223,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         return sum(shallow) / max(len(shallow), 1), sum(deep) / max(len(deep), 1) if deep else float("nan")
 
     falls_with_depth = {n: deep_vs_shallow(m) for n, m in models.items()}
-    falls_longer = {n: m["accuracy_longer"] < m["accuracy_trained_lengths"] for n, m in models.items()}
+    falls_longer = {n: m["accuracy_longer"] < m["accuracy_trained_lengths"] - 0.02 for n, m in models.items()}
     claims = [
         claim(
             "Gated recurrent networks (GRU, LSTM) learn the nesting task better than an Elman network of the same size",
@@ -233,7 +238,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             all(d < s for s, d in falls_with_depth.values()),
         ),
         claim(
-            "Models trained on short strings do not generalise to longer ones",
+            "Models trained on short strings lose accuracy on longer ones (a drop of more than 0.02 for every model)",
             "; ".join(
                 f"{n} {m['accuracy_trained_lengths']:.2f} → {m['accuracy_longer']:.2f}" for n, m in models.items()
             ),
@@ -250,12 +255,13 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
-def plot(models: dict, path, o) -> str:
+def plot(models: dict, path, o, depths: set[int]) -> str:
     fig = figure(12, 4.2)
     for k, key in enumerate(("by_length", "by_depth")):
         axes = fig.add_subplot(1, 2, k + 1)
         for name, m in models.items():
-            axes.plot(list(m[key]), list(m[key].values()), "o-", markersize=3, label=name)
+            points = [(x, y) for x, y in m[key].items() if key == "by_length" or x in depths]
+            axes.plot([x for x, _ in points], [y for _, y in points], "o-", markersize=3, label=name)
         if key == "by_length":
             axes.axvline(o["train_length"], color="gray", linestyle="--", linewidth=1)
             axes.text(o["train_length"], 0.02, " longest training string", color="gray", fontsize=8)
