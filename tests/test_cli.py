@@ -30,7 +30,11 @@ def demo_run(tmp_path_factory):
 
 def test_demo_trains_saves_reloads_and_generates(demo_run):
     out, printed = demo_run
-    assert "held-out perplexity" in printed and printed.count("-" * 60) == 5
+    from hf_seq.cli import DEMO_PROMPTS
+
+    assert "held-out perplexity" in printed and "bits per byte" in printed
+    assert printed.count("-" * 60) == len(DEMO_PROMPTS) + 1
+    assert not any(prompt.endswith(" ") for prompt in DEMO_PROMPTS)  # a trailing space token makes odd completions
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "hf_seq_gpt" and "AutoModelForCausalLM" in config["auto_map"]
     for name in ("model.safetensors", "tokenizer.json", "modeling_gpt.py", "README.md", "loss_curve.png"):
