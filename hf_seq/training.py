@@ -321,7 +321,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
                 state["evaluations"].append({k: state[k] for k in ("step", "tokens", "seconds")} | metrics)
                 if tracker:
                     accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state["step"])
-                bar.write(f"step {state['step']}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+                bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in metrics.items()))
             interrupted = _any(accelerator, stop.signal is not None)
             if (state["step"] % t.save_every == 0 and not last) or interrupted:
                 save_checkpoint(accelerator, output_dir, state, scheduler, t.keep_checkpoints)
@@ -405,6 +405,10 @@ def _plan_steps(t, state: dict, accelerator) -> int:
 
 def _out_of_time(t, state: dict, accelerator) -> bool:
     return bool(t.max_seconds) and _any(accelerator, state["seconds"] >= t.max_seconds)
+
+
+def _show(key: str, value) -> str:
+    return f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
 
 
 def _any(accelerator, flag: bool) -> bool:
