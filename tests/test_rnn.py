@@ -455,3 +455,18 @@ def test_bf16_forward_and_generate(cell_type):
     ids = torch.randint(FIRST_WORD, 50, (2, 5))
     assert model(ids).logits.dtype == torch.bfloat16
     assert model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=PAD).shape == (2, 8)
+
+
+@pytest.mark.parametrize("cell_type", ["lstm", "gated"])
+def test_generate_reads_the_transposed_output_projection_with_the_same_tokens(cell_type):
+    """generate() computes the one-token steps' output projection from a contiguous W^T copy (models/decoding.py):
+    the tokens are those of the (out, in) layout, and the model is as it was afterwards."""
+    torch.manual_seed(0)
+    model = RNNForCausalLM(RNNConfig(**TINY, cell_type=cell_type, embedding_size=8)).eval()
+    ids = torch.randint(FIRST_WORD, 50, (2, 5))
+    outputs = []
+    for transposed in (True, False):
+        model.transpose_weights_for_decoding = transposed
+        outputs.append(model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=PAD, eos_token_id=None))
+    assert torch.equal(outputs[0], outputs[1])
+    assert all(type(m) is torch.nn.Linear and not m._buffers for m in model.modules() if isinstance(m, torch.nn.Linear))

@@ -51,4 +51,19 @@ def transposed_linear_weights(model: nn.Module):
             linear.__class__ = nn.Linear
 
 
-__all__ = ["transposed_linear_weights"]
+class TransposedWeightsDecoding:
+    """Mixin (before the GenerationMixin) for a language model: `generate()` runs within `transposed_linear_weights`
+    on CPU. At batch 1 a step reads every weight once and the matrix-vector products are most of it (measured: the
+    GPT's batch-1 compiled step 1.42x -> 1.60x of the eager dynamic-cache one, the LSTM's eager step 1.29x, same
+    tokens). `transpose_weights_for_decoding = False` (class or instance) turns it off."""
+
+    transpose_weights_for_decoding = True
+
+    def generate(self, *args, **kwargs):
+        if not self.transpose_weights_for_decoding:
+            return super().generate(*args, **kwargs)
+        with transposed_linear_weights(self):
+            return super().generate(*args, **kwargs)
+
+
+__all__ = ["TransposedWeightsDecoding", "transposed_linear_weights"]

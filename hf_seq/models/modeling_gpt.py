@@ -21,7 +21,7 @@ from transformers.utils import can_return_tuple
 
 from .attention import MultiHeadAttention
 from .configuration_gpt import GPTConfig
-from .decoding import transposed_linear_weights
+from .decoding import TransposedWeightsDecoding
 from .layers import FeedForward, make_norm
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
@@ -185,10 +185,11 @@ class GPTModel(GPTPreTrainedModel):
         )
 
 
-class GPTForCausalLM(GPTPreTrainedModel, CheckedGenerationMixin):
+class GPTForCausalLM(GPTPreTrainedModel, TransposedWeightsDecoding, CheckedGenerationMixin):
+    """`generate()` on CPU reads contiguous W^T copies for the one-token steps (models/decoding.py). For a compiled
+    decode pass `cache_implementation="static"` and a `compile_config` (bench/bench_gpt.py --speed measures both)."""
+
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-    # generate() on CPU: the linear layers read contiguous W^T copies for the one-token steps (models/decoding.py)
-    transpose_weights_for_decoding = True
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
@@ -201,16 +202,6 @@ class GPTForCausalLM(GPTPreTrainedModel, CheckedGenerationMixin):
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
-
-    def generate(self, *args, **kwargs):
-        """transformers' `generate()`. At batch 1 a step reads every weight once; the matrix-vector products are
-        most of it, so the linear layers read their weights in the layout fastest for a few rows while it runs
-        (models/decoding.py). For a compiled decode pass `cache_implementation="static"` and a `compile_config`
-        (bench/bench_gpt.py measures both)."""
-        if not self.transpose_weights_for_decoding:
-            return super().generate(*args, **kwargs)
-        with transposed_linear_weights(self):
-            return super().generate(*args, **kwargs)
 
     @can_return_tuple
     def forward(

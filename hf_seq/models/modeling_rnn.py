@@ -23,6 +23,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import can_return_tuple
 
 from .configuration_rnn import RNNConfig
+from .decoding import TransposedWeightsDecoding
 from .recurrent import GatedElman, RecurrentStack
 from .state import RecurrentState
 from .utils import (
@@ -123,9 +124,11 @@ class RNNModel(RNNPreTrainedModel):
         )
 
 
-class RNNForCausalLM(RNNPreTrainedModel, CheckedGenerationMixin):
+class RNNForCausalLM(RNNPreTrainedModel, TransposedWeightsDecoding, CheckedGenerationMixin):
     """The recurrent language model (the design of Mikolov et al. 2010 and Zaremba et al. 2014): predicts token
-    t+1 from the top layer's state at t, through the (tied) output embedding."""
+    t+1 from the top layer's state at t, through the (tied) output embedding. `generate()` on CPU reads the output
+    projection as a contiguous W^T copy (models/decoding.py); the one-step update is already one fused cell kernel
+    per layer (`RecurrentLayer._one_step`), which compiling would not fuse further."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
