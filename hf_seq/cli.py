@@ -106,7 +106,12 @@ def cmd_train_tokenizer(args) -> None:
     from hf_seq.data import load_text_dataset
     from hf_seq.tokenization import train_bpe_tokenizer
 
-    dataset = load_text_dataset(args.files or args.dataset, text_column=args.text_column)
+    if args.files:
+        from hf_seq.data import load_files
+
+        dataset = load_files(args.files, what="--files")  # local files only: a missing path is never a Hub name
+    else:
+        dataset = load_text_dataset(args.dataset, text_column=args.text_column)
     tokenizer = train_bpe_tokenizer(
         dataset,
         vocab_size=args.vocab_size,

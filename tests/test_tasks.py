@@ -239,9 +239,9 @@ def test_train_tokenizer_reads_any_local_text_file(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (out / "tokenizer.json").exists()
     missing = subprocess.run(
-        [*cmd[:4], str(tmp_path / "absent.md"), *cmd[6:]], capture_output=True, text=True, env=_env()
+        [*cmd[:5], str(tmp_path / "absent.md"), *cmd[7:]], capture_output=True, text=True, env=_env()
     )
-    assert missing.returncode != 0 and "absent.md" in missing.stderr and "Hub" not in missing.stderr
+    assert missing.returncode != 0 and "--files: file not found" in missing.stderr and "absent.md" in missing.stderr
 
 
 def _env():
