@@ -9,7 +9,6 @@ import torch
 from hf_seq.experiments import lineage
 
 
-@pytest.mark.slow
 def test_quick_lineage_writes_the_table_curves_and_cards(tmp_path):
     from hf_seq.cli import main
 
