@@ -159,6 +159,11 @@ def pack_token_ids(documents: Iterable[list[int]], block_size: int, separator: i
             buffer = buffer[block_size:]
 
 
+def worker_processes(num_proc: int | None) -> int | None:
+    """`datasets.map`'s num_proc: None below 2, since num_proc=1 still starts a pool of one worker and a manager."""
+    return num_proc if num_proc and num_proc > 1 else None
+
+
 def tokenize_texts(dataset: datasets.Dataset, tokenizer, num_proc: int | None = None) -> datasets.Dataset:
     """The `text` column as token ids (no special tokens), through `datasets.map`: batched, in `num_proc`
     processes, cached in Arrow files next to a corpus read from disk (a second run with the same tokenizer reuses
@@ -167,7 +172,7 @@ def tokenize_texts(dataset: datasets.Dataset, tokenizer, num_proc: int | None = 
         lambda batch: {"input_ids": tokenizer(batch["text"], add_special_tokens=False, verbose=False)["input_ids"]},
         batched=True,
         remove_columns=dataset.column_names,
-        num_proc=num_proc,
+        num_proc=worker_processes(num_proc),
         desc="tokenizing",
     )
 
@@ -188,7 +193,7 @@ def pack_blocks(
         blocks = list(pack_token_ids(batch["input_ids"], inner, separator))
         return {"input_ids": [[wrap[0], *b, wrap[1]] for b in blocks] if wrap else blocks}
 
-    blocks = tokenized.map(group, batched=True, batch_size=1000, num_proc=num_proc, desc="packing")
+    blocks = tokenized.map(group, batched=True, batch_size=1000, num_proc=worker_processes(num_proc), desc="packing")
     if len(blocks) == 0:
         raise ValueError(
             f"the text holds fewer than block_size={block_size} tokens: use more text or a smaller data.block_size"

@@ -33,7 +33,7 @@ def _encode_causal(recipe, tokenizer, rows, label2id):
         data_lib.tokenize_texts(rows, tokenizer, recipe.data.num_proc),
         recipe.data.block_size,
         tokenizer.eos_token_id,
-        num_proc=recipe.data.num_proc,
+        num_proc=data_lib.worker_processes(recipe.data.num_proc),
     )
     return blocks, {}
 
@@ -47,7 +47,7 @@ def _encode_masked(recipe, tokenizer, rows, label2id):
         recipe.data.block_size,
         ids["sep_token"],
         wrap=(ids["cls_token"], ids["sep_token"]),
-        num_proc=recipe.data.num_proc,
+        num_proc=data_lib.worker_processes(recipe.data.num_proc),
     )
     return blocks, {}
 
@@ -71,7 +71,9 @@ def _encode_pairs(recipe, tokenizer, rows, label2id):
             "cut_target": [len(t) + 1 > limit for t in targets],
         }
 
-    encoded = rows.map(encode, batched=True, remove_columns=rows.column_names, num_proc=recipe.data.num_proc)
+    encoded = rows.map(
+        encode, batched=True, remove_columns=rows.column_names, num_proc=data_lib.worker_processes(recipe.data.num_proc)
+    )
     counts = {"truncated_sources": sum(encoded["cut_source"]), "truncated_targets": sum(encoded["cut_target"])}
     return encoded.remove_columns(["cut_source", "cut_target"]), counts
 
@@ -88,7 +90,9 @@ def _encode_classification(recipe, tokenizer, rows, label2id):
             "cut": [len(ids) > limit for ids in full],
         }
 
-    encoded = rows.map(encode, batched=True, remove_columns=rows.column_names, num_proc=recipe.data.num_proc)
+    encoded = rows.map(
+        encode, batched=True, remove_columns=rows.column_names, num_proc=data_lib.worker_processes(recipe.data.num_proc)
+    )
     return encoded.remove_columns("cut"), {"truncated": sum(encoded["cut"])}
 
 
@@ -108,7 +112,9 @@ def _encode_tagging(recipe, tokenizer, rows, label2id):
             labels.append(row)
         return {**encoded, "labels": labels, "cut": [len(ids) > limit for ids in full]}
 
-    encoded = rows.map(encode, batched=True, remove_columns=rows.column_names, num_proc=recipe.data.num_proc)
+    encoded = rows.map(
+        encode, batched=True, remove_columns=rows.column_names, num_proc=data_lib.worker_processes(recipe.data.num_proc)
+    )
     return encoded.remove_columns("cut"), {"truncated": sum(encoded["cut"])}
 
 
