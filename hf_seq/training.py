@@ -92,14 +92,31 @@ def build_model(recipe: Recipe, prepared: tasks.Prepared):
 
 
 def choose_threads(requested: int | None = None) -> int:
-    """Torch threads for a run: the recipe's, else one per core not already busy (1-minute load average). Per-step
-    work on a few cores stalls at OpenMP barriers when another process holds one of them, so on a shared machine
-    fewer threads are faster, and a busy machine slows a run in proportion instead of by 20x."""
+    """Torch threads for a run: the recipe's, else one per core that other processes are not using right now.
+    Per-step work on a few cores stalls at OpenMP barriers when another process holds one of them, so on a shared
+    machine fewer threads are faster, and a busy machine slows a run in proportion instead of by 20x."""
     if requested:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, min(cores, round(cores - busy)))
+    return max(1, min(cores, round(cores - busy_cores())))
+
+
+def busy_cores(seconds: float = 0.3) -> float:
+    """How many cores other processes keep busy: measured from /proc/stat over `seconds` where there is one (the
+    1-minute load average lags a process that has just started), else the load average."""
+
+    def sample():
+        with open("/proc/stat") as stat:
+            values = [int(v) for v in stat.readline().split()[1:]]
+        return values[3] + values[4], sum(values)  # idle + iowait, total
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(seconds)
+        idle1, total1 = sample()
+        return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
