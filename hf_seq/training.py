@@ -146,6 +146,14 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
     accelerate_logger.setLevel(logging.ERROR)
     try:
         accelerator.save_state(str(partial), safe_serialization=True)
+    except OSError as error:  # a full disk, a quota: the earlier checkpoints are untouched
+        earlier = latest_checkpoint(output_dir)
+        raise OSError(
+            error.errno,
+            f"could not write the checkpoint of step {state['step']} to {partial} ({error.strerror or error}); "
+            + (f"{earlier} is intact: " if earlier else "")
+            + "free some space and run the same command with --resume",
+        ) from error
     finally:
         accelerate_logger.setLevel(level)
     accelerator.wait_for_everyone()

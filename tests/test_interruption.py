@@ -4,6 +4,7 @@ import json
 import pickle
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -124,3 +125,39 @@ def test_bf16_on_a_cpu_trains_and_saves_fp32_weights(tmp_path):
     summary = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert torch.isfinite(torch.tensor(summary["final_train_loss"]))
     assert {t.dtype for t in _weights(tmp_path / "run").values()} == {torch.float32}
+
+
+def test_a_full_disk_during_a_save_names_the_checkpoint_and_keeps_the_earlier_one(tmp_path, monkeypatch):
+    import errno
+
+    from accelerate import Accelerator
+
+    out = tmp_path / "run"
+    real_save = Accelerator.save_state
+    calls = []
+
+    def fill_the_disk(self, output_dir=None, **kwargs):
+        calls.append(output_dir)
+        if len(calls) == 2:  # the second checkpoint: write part of it, then run out of space
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            (Path(output_dir) / "model.safetensors").write_bytes(b"\0" * 10)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(self, output_dir, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "save_state", fill_the_disk)
+    with pytest.raises(OSError, match=r"checkpoint of step 6 .*No space left.*checkpoint-3 is intact.*--resume"):
+        run(_recipe(out), progress=False)
+    monkeypatch.setattr(Accelerator, "save_state", real_save)
+    summary = run(_recipe(out), resume=True, progress=False)  # the half-written folder is never read
+    assert summary["steps"] == 12
+
+
+def test_a_half_written_checkpoint_is_never_read(tmp_path):
+    out = tmp_path / "run"
+    run(_recipe(out, "training.max_steps=4", "training.save_every=2"), progress=False)
+    (out / "model.safetensors").unlink()
+    partial = out / "checkpoints" / ".partial-checkpoint-4"  # what a kill -9 in the middle of a save leaves
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"\0" * 10)
+    summary = run(_recipe(out, "training.max_steps=4", "training.save_every=2"), resume=True, progress=False)
+    assert summary["steps"] == 4
