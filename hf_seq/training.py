@@ -335,7 +335,8 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if tracker:
                 accelerator.log({"train/loss": loss, "train/lr": scheduler.get_last_lr()[0]}, step=state["step"])
-            if t.max_seconds and state["step"] == min(10, state["planned_steps"] - 1) and not resume:
+            # plan at step 10, and again at 50 once the first steps' warm-up no longer weighs on the speed
+            if t.max_seconds and state["step"] in (10, 50) and state["step"] < state["planned_steps"] and not resume:
                 state["planned_steps"] = _plan_steps(t, state, accelerator)  # fit the schedule to the budget
                 scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
                 bar.total = state["planned_steps"]
@@ -420,7 +421,9 @@ def _scheduler(t, optimizer, steps: int, state_dict: dict | None = None):
 def _plan_steps(t, state: dict, accelerator) -> int:
     """With a wall-clock budget, the number of steps that fit in it at the speed measured so far (agreed on by
     every process), so the learning-rate schedule ends when the budget does."""
-    per_step = state["seconds"] / state["step"]
+    mark_step, mark_seconds = state.get("plan_mark", (0, 0.0))  # the speed since the last plan: past the warm-up
+    per_step = (state["seconds"] - mark_seconds) / (state["step"] - mark_step)
+    state["plan_mark"] = (state["step"], state["seconds"])
     planned = torch.tensor(
         state["step"] + int((t.max_seconds - state["seconds"]) / per_step), device=accelerator.device
     )
