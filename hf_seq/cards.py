@@ -110,6 +110,12 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
         "tags": ["hf-seq", fam.name, config.model_type],
         "license": card_extra.get("license", "apache-2.0"),
     }
+    if (recipe or {}).get("task"):  # a trained run: its task entry tags the card (a bare model: its Auto class)
+        from hf_seq.tasks import get_task
+
+        task = get_task(recipe["task"])
+        metadata["pipeline_tag"] = task.pipeline_tag
+        metadata["tags"] += list(task.tags)
     if hub_datasets:
         metadata["datasets"] = hub_datasets
     if card_extra.get("language"):

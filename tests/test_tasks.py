@@ -100,6 +100,7 @@ def test_training_writes_the_named_metrics_and_the_card_states_them(tmp_path, co
     assert curve["step"] == 4 and curve["tokens"] == 4 * 4 * 16 and "eval_bits_per_byte" in curve
     card = (tmp_path / "run" / "README.md").read_text()
     assert f"{summary['eval_bits_per_byte']:.4g}" in card and "5 of" in card and "capped" in card
+    assert "pipeline_tag: text-generation" in card and "- causal-lm" in card  # from the task table
     # hf-seq evaluate measures the same numbers again
     from hf_seq.training import evaluate_folder
 
