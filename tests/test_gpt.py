@@ -164,17 +164,51 @@ def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
 
     torch.manual_seed(0)
     model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
-    ids = torch.randint(3, 99, (1, 5))
     config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
     config._compile_all_devices = True  # transformers compiles in generate() on GPUs only unless asked
     generate = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
-    eager = model.generate(ids, **generate)
-    torch._dynamo.reset()
-    counters.clear()
-    for _ in range(2):
-        out = model.generate(ids, cache_implementation="static", compile_config=config, **generate)
-        assert torch.equal(out, eager)
-    assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"] and not counters["graph_break"]
+    ids = torch.randint(3, 99, (2, 5))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # left padding: the one-token step's mask (models/decoding.py) must keep it
+    for inputs in (dict(input_ids=ids[:1]), dict(input_ids=ids, attention_mask=mask)):
+        eager = model.generate(**inputs, **generate)
+        torch._dynamo.reset()
+        counters.clear()
+        for _ in range(2):
+            out = model.generate(**inputs, cache_implementation="static", compile_config=config, **generate)
+            assert torch.equal(out, eager)
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"] and not counters["graph_break"]
+
+
+def test_one_token_step_inputs_equal_transformers_general_ones():
+    """With a static cache, generate()'s one-token step builds its inputs on a short path (models/decoding.py): the
+    same tensors as transformers' general prepare_inputs_for_generation, padded or not; other steps take that path."""
+    from transformers import StaticCache
+    from transformers.generation.utils import GenerationMixin
+
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=99, **TINY)
+    model = GPTForCausalLM(config).eval()
+    cache = StaticCache(config=config, max_cache_len=12)
+    model(torch.randint(3, 99, (2, 6)), past_key_values=cache)
+    ids = torch.randint(3, 99, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    for attention_mask in (mask, None):
+        kwargs = dict(attention_mask=attention_mask, position_ids=torch.arange(7).expand(2, -1), logits_to_keep=1)
+        ours = model.prepare_inputs_for_generation(ids, next_sequence_length=1, past_key_values=cache, **kwargs)
+        general = GenerationMixin.prepare_inputs_for_generation(
+            model, ids, next_sequence_length=1, past_key_values=cache, **kwargs
+        )
+        assert ours.keys() == general.keys()
+        for key, value in general.items():
+            assert torch.equal(ours[key], value) if torch.is_tensor(value) else ours[key] is value, key
+        assert ours["input_ids"].stride() == (1, 1)  # a fresh tensor: a compiled step sees the same strides
+    assert ours["attention_mask"].shape == (2, 1, 1, 12)
+    general = model.prepare_inputs_for_generation(
+        ids, next_sequence_length=7, past_key_values=cache, attention_mask=mask
+    )
+    assert general["attention_mask"].shape[2] == 7  # the prompt: transformers' own path
 
 
 @pytest.fixture(scope="module")
