@@ -140,6 +140,15 @@ def test_bottleneck(tmp_path):
         assert all(0 <= exact <= token <= 1 or exact == 0 for exact, token in design["scores"].values())
     assert 0 <= saved["designs"]["additive"]["anti_diagonal_weight"] <= 1
     assert "alignment.png" in saved["plots"]
+    for design in saved["designs"].values():  # one run per initialisation; the table holds their median
+        assert set(design["runs"]) == {"0", "1"}
+        for n, (exact, token) in design["scores"].items():
+            assert exact == min(run["scores"][n][0] for run in design["runs"].values())  # the lower of two
+    bottleneck = get_experiment("bottleneck")
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        bottleneck.run(quick=True, output_dir=tmp_path, seeds=(1, 1))
+    with pytest.raises(ValueError, match="curriculum must be"):
+        bottleneck.run(quick=True, output_dir=tmp_path, curriculum=2)
 
 
 @pytest.fixture(autouse=True)

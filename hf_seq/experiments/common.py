@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers import get_cosine_schedule_with_warmup
+from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
 
 from hf_seq.evaluation import lm_metrics, token_byte_lengths  # noqa: F401  (the figures every experiment reports)
 
@@ -72,13 +72,15 @@ def train(
     clip: float = 1.0,
     weight_decay: float = 0.0,
     before_step: Callable[[int], None] | None = None,
+    min_lr_rate: float = 0.0,
 ) -> dict:
-    """AdamW on `model(**batch(step)).loss` for `steps` steps, linear warm-up then cosine decay, gradient clipping.
+    """AdamW on `model(**batch(step)).loss` for `steps` steps, linear warm-up then cosine decay to `min_lr_rate` x the
+    peak rate, gradient clipping.
     `before_step(step)` runs before each step (e.g. to set a scheduled-sampling probability). Returns the losses and
     the wall-clock seconds."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
     warmup = min(100, steps // 10 + 1) if warmup is None else warmup
-    scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, steps)
+    scheduler = get_cosine_with_min_lr_schedule_with_warmup(optimizer, warmup, steps, min_lr_rate=min_lr_rate)
     model.train()
     losses, start = [], time.perf_counter()
     for step in range(steps):
