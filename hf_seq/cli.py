@@ -50,8 +50,11 @@ def cmd_demo(args) -> None:
     out = Path(recipe.training.output_dir)
     earlier = out / "checkpoints" / "recipe.json"
     # a finished earlier demo in the same folder is replaced; anything else there is protected as `train` protects it
-    replace = not args.resume and (out / "metrics.json").exists() and earlier.exists() and (
-        json.loads(earlier.read_text()).get("card") == DEMO_RECIPE["card"]
+    replace = (
+        not args.resume
+        and (out / "metrics.json").exists()
+        and earlier.exists()
+        and (json.loads(earlier.read_text()).get("card") == DEMO_RECIPE["card"])
     )
     print(f"Training a tokenizer and a GPT on the Python standard library for {args.minutes:g} min; output in {out}/")
     summary = run(recipe, resume=args.resume, overwrite=replace)

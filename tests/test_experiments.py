@@ -144,6 +144,7 @@ def test_bottleneck(tmp_path):
         assert set(design["runs"]) == {"0", "1"}
         for n, (exact, token) in design["scores"].items():
             assert exact == min(run["scores"][n][0] for run in design["runs"].values())  # the lower of two
+            assert token == min(run["scores"][n][1] for run in design["runs"].values())
     bottleneck = get_experiment("bottleneck")
     with pytest.raises(ValueError, match="seeds must be distinct"):
         bottleneck.run(quick=True, output_dir=tmp_path, seeds=(1, 1))

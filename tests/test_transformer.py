@@ -21,6 +21,7 @@ class TestTransformer(ModelTesterMixin):
     )
     no_dropout = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
     is_encoder_decoder = True
+    supports_static_cache = True
 
 
 class TestTransformerPreLNLearnedUntied(TestTransformer):
@@ -457,3 +458,30 @@ def test_seq2seq_trainer_with_generation_and_bleu(tokenizer, tmp_path):
         hypotheses.append(tokenizer.decode(ids[0], skip_special_tokens=True))
     assert metrics["eval_bleu"] == pytest.approx(corpus_bleu(hypotheses, [target for _, target in pairs]))
     assert corpus_bleu(["le chat est assis sur le tapis"], ["le chat est assis sur le tapis"]) == pytest.approx(100.0)
+
+
+@pytest.mark.slow
+def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
+    """generate() with a static cache and a compiled one-token decoder step: one graph, no recompilation per step or
+    per call, the eager tokens (padded sources included)."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        vocab_size=99, **TestTransformer.config_kwargs, **TestTransformer.no_dropout, pad_token_id=PAD, eos_token_id=EOS
+    )
+    model = TransformerForConditionalGeneration(config).eval()
+    ids = torch.randint(3, 99, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+    compile_config._compile_all_devices = True  # transformers compiles in generate() on GPUs only unless asked
+    generate = dict(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, eos_token_id=None)
+    eager = model.generate(**generate)
+    torch._dynamo.reset()
+    counters.clear()
+    for _ in range(2):
+        out = model.generate(**generate, cache_implementation="static", compile_config=compile_config)
+        assert torch.equal(out, eager)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"] and not counters["graph_break"]

@@ -67,6 +67,7 @@ def one_token_step_inputs(
     False for the cache slots not written yet; the same boolean mask transformers builds (a test compares them)."""
     if (
         next_sequence_length != 1
+        or model.config.is_encoder_decoder
         or not getattr(past_key_values, "is_compileable", False)
         or any(getattr(past_key_values, "is_sliding", [True]))
         or inputs_embeds is not None

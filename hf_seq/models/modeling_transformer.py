@@ -33,6 +33,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .configuration_transformer import TransformerConfig
+from .decoding import TransposedWeightsDecoding
 from .layers import FeedForward, make_norm
 from .positional import SinusoidalPositionalEmbedding
 from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin, as_encoder_output, seq2seq_loss, shift_tokens_right
@@ -206,7 +207,9 @@ class TransformerStack(TransformerPreTrainedModel):
 
     def embed(self, input_ids, inputs_embeds, position_ids, total_length: int) -> torch.Tensor:
         """`inputs_embeds`, if given, are the unscaled token embeddings E[x] (B, T, C)."""
-        if total_length > self.config.max_position_embeddings:
+        # A static cache counts in a tensor: compare outside a compiled graph only (a data-dependent branch would
+        # break it; the compiled decode is bounded by the cache's length).
+        if not torch.compiler.is_compiling() and total_length > self.config.max_position_embeddings:
             raise ValueError(
                 f"{type(self).__name__}: {total_length} positions exceed max_position_embeddings="
                 f"{self.config.max_position_embeddings}; truncate the input or use a model with more positions."
@@ -396,7 +399,9 @@ class TransformerModel(TransformerPreTrainedModel):
         )
 
 
-class TransformerForConditionalGeneration(Seq2SeqLMMixin, TransformerPreTrainedModel, CheckedGenerationMixin):
+class TransformerForConditionalGeneration(
+    Seq2SeqLMMixin, TransformerPreTrainedModel, TransposedWeightsDecoding, CheckedGenerationMixin
+):
     """The translation model: p(y_t | y_<t, x) over the shared vocabulary, trained with (label-smoothed)
     cross-entropy, decoded with `generate()` (greedy, sampling, beam search with length penalty)."""
 

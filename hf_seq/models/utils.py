@@ -59,9 +59,12 @@ def check_input_ids(
 def positions_from_attention_mask(
     attention_mask: torch.Tensor | None, past_length: int, seq_len: int, device: torch.device
 ) -> torch.LongTensor:
-    """Positions count real tokens only, so a left-padded row gets the positions it would have alone."""
-    if attention_mask is None:
-        return torch.arange(past_length, past_length + seq_len, device=device)[None]
+    """Positions count real tokens only, so a left-padded row gets the positions it would have alone. A 4D mask (one
+    prepared by transformers, e.g. for a static cache) holds no padding per row: positions then follow the cache."""
+    if attention_mask is None or attention_mask.dim() == 4:
+        # offset after arange: a static cache counts in a tensor, and a length read from a tensor would be
+        # data-dependent inside a compiled graph
+        return torch.arange(seq_len, device=device)[None] + past_length
     positions = attention_mask.long().cumsum(-1) - 1
     return positions.clamp(min=0)[:, -seq_len:]
 
