@@ -226,6 +226,83 @@ def report(results: list[dict], attn: str, table: dict | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------- ours alone: greedy decode, eager vs compiled
+DECODE_VARIANTS = {  # name: (cache_implementation, compiled)
+    "dynamic cache, eager": ("dynamic", False),
+    "static cache, eager": ("static", False),
+    "static cache, compiled": ("static", True),
+}
+
+
+@torch.no_grad()
+def decode_report(size: Size, rounds: int, attn: str) -> str:
+    """Greedy generate() of hf-seq's Transformer at batch 1 and 8: dynamic cache eager (the default), static cache
+    eager and static cache with a compiled one-token decoder step; ms per new token, interleaved rounds."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    model = build_models(size, attn)["ours"].eval()
+    compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+    compile_config._compile_all_devices = True  # transformers compiles in generate() on GPUs only unless asked
+    lines = [
+        f"Greedy `generate()`: source {size.source_len} tokens, {size.new_tokens} new tokens, ms per new token "
+        "(encoder included); ratio: dynamic eager / variant, median of per-round ratios.",
+        "",
+        "| batch | variant | ms/token | speed-up | same tokens | first call (s) |",
+        "|---:|---|---:|---:|---|---:|",
+    ]
+    for batch in (1, 8):
+        sources = torch.randint(
+            3, size.vocab_size, (batch, size.source_len), generator=torch.Generator().manual_seed(2)
+        )
+
+        def decode(variant, sources=sources):
+            cache, compiled = DECODE_VARIANTS[variant]
+            start = time.perf_counter()
+            out = model.generate(
+                sources,
+                attention_mask=torch.ones_like(sources),
+                max_new_tokens=size.new_tokens,
+                do_sample=False,
+                cache_implementation=cache,
+                compile_config=compile_config if compiled else None,
+            )
+            return (time.perf_counter() - start) / size.new_tokens, out
+
+        first, outputs = {}, {}
+        for variant in DECODE_VARIANTS:
+            start = time.perf_counter()
+            outputs[variant] = decode(variant)[1]
+            first[variant] = time.perf_counter() - start
+        graphs = counters["stats"]["unique_graphs"]
+        times = {variant: [] for variant in DECODE_VARIANTS}
+        for r in range(rounds):
+            for variant in DECODE_VARIANTS if r % 2 == 0 else list(DECODE_VARIANTS)[::-1]:
+                seconds, out = decode(variant)
+                assert torch.equal(out, outputs[variant]), f"{variant}: greedy decoding changed between calls"
+                times[variant].append(seconds)
+            print(
+                f"decode batch {batch} round {r + 1}: "
+                + ", ".join(f"{v} {t[-1] * 1e3:.2f} ms" for v, t in times.items())
+            )
+        assert counters["stats"]["unique_graphs"] == graphs, "a compiled step was recompiled during the timed rounds"
+        base = times["dynamic cache, eager"]
+        for variant, t in times.items():
+            ratios = [b / x for b, x in zip(base, t)]
+            same = "yes" if torch.equal(outputs[variant], outputs["dynamic cache, eager"]) else "**no**"
+            lines.append(
+                f"| {batch} | {variant} | {statistics.median(t) * 1e3:.2f} | **{statistics.median(ratios):.2f}** "
+                f"({min(ratios):.2f}-{max(ratios):.2f}) | {same} | {first[variant]:.1f} |"
+            )
+    lines += [
+        "",
+        f"torch._dynamo: {counters['stats']['unique_graphs']} graph(s) (one per batch size), none compiled during the "
+        f"timed rounds; graph breaks: {sum(counters['graph_break'].values())}, recompilations: "
+        f"{sum(counters['recompiles'].values())}.",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tiny configuration and 2 rounds; writes nothing")
@@ -233,9 +310,36 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     parser.add_argument("--length-table", action="store_true", help="also the reversal table (bench_bahdanau.py's)")
-    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "transformer_cpu.md"))
+    parser.add_argument("--decode", action="store_true", help="ours alone: greedy decode, eager vs compiled")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--output", default=None, help="default: bench/results/transformer[_decode]_cpu.md")
     args = parser.parse_args()
     torch.set_flush_denormal(True)  # see shared notes: denormals made CPU timings erratic
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results_dir = Path(__file__).parent / "results"
+    if args.decode:
+        size = QUICK if args.quick else SIZES["small"]
+        rounds = 2 if args.quick else args.rounds
+        command = "python bench/bench_transformer.py --decode" + (f" --threads {args.threads}" if args.threads else "")
+        text = "\n".join(
+            [
+                "# TransformerForConditionalGeneration: greedy decode, eager vs compiled (cpu)",
+                "",
+                f"`{command}`: {machine()}; size {size.name} (vocab {size.vocab_size}, {size.layers}+{size.layers} "
+                f"layers, d_model {size.hidden_size}), {rounds} interleaved rounds, torch threads "
+                f"{torch.get_num_threads()}.",
+                "",
+                decode_report(size, rounds, args.attn),
+                "",
+            ]
+        )
+        print("\n" + text)
+        if not args.quick:
+            output = Path(args.output or results_dir / "transformer_decode_cpu.md")
+            output.write_text(text)
+            print(f"wrote {output}")
+        return
 
     sizes = [QUICK] if args.quick else [SIZES[name] for name in args.sizes]
     rounds = 2 if args.quick else args.rounds
@@ -257,8 +361,9 @@ def main() -> None:
         for length, (exact, tokens) in table["scores"].items():
             print(f"reversal, source length {length}: exact match {exact:.2f}, token accuracy {tokens:.2f}")
     if not args.quick:
-        Path(args.output).write_text(report(results, args.attn, table))
-        print(f"wrote {args.output}")
+        output = Path(args.output or results_dir / "transformer_cpu.md")
+        output.write_text(report(results, args.attn, table))
+        print(f"wrote {output}")
 
 
 if __name__ == "__main__":
