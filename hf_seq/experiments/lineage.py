@@ -293,6 +293,10 @@ def write_report(result: dict, output_dir: Path) -> None:
         "",
         "![learning curves](learning_curves.png)",
         "",
+        f"The curves are scored on the first {result['settings']['curve_blocks']} held-out blocks "
+        f"{result['settings']['curve_blocks'] * result['block_size']:,} tokens: a few source files, so their level "
+        "differs from the table's, which scores every held-out token); every member on the same blocks.",
+        "",
         f"## Samples (prompt: `{result['prompt']!r}`, ancestral sampling, seed 0)",
         "",
     ]
