@@ -495,7 +495,6 @@ DECODE_VARIANTS = {
     "before: dynamic cache, eager": ("dynamic", False, True),
     "dynamic cache, eager": ("dynamic", False, False),
     "static cache, eager": ("static", False, False),
-    "static cache, compiled, guards every step": ("static", "guards", False),
     "static cache, compiled": ("static", True, False),
 }
 
@@ -520,7 +519,6 @@ class Decoder:
     def run(self) -> tuple[float, torch.Tensor]:
         model, forward = self.model, type(self.model).forward
         model.transpose_weights_for_decoding = not self.before
-        model.check_guards_every_step = self.compiled == "guards"
         signature = forward.__dict__.pop("__signature__", None) if self.before else None
         start = time.perf_counter()
         out = model.generate(
@@ -535,7 +533,6 @@ class Decoder:
         if signature is not None:
             forward.__signature__ = signature
         model.transpose_weights_for_decoding = True
-        model.check_guards_every_step = False
         return seconds / self.size.new_tokens, out
 
 

@@ -95,37 +95,12 @@ def one_token_step_inputs(
 
 
 class TransposedWeightsDecoding:
-    """Mixin (before the GenerationMixin) for a language model, three things that make `generate()`'s steps cheaper:
-
-    - On CPU it runs within `transposed_linear_weights`. At batch 1 a step reads every weight once and the
-      matrix-vector products are most of it (measured: the GPT's batch-1 compiled step 1.42x -> 1.60x of the eager
-      dynamic-cache one, the LSTM's eager step 1.29x, same tokens). `transpose_weights_for_decoding = False` (class
-      or instance) turns it off.
-    - A one-token step with a static cache gets its inputs from `one_token_step_inputs`.
-    - A compiled step (a static cache and a `compile_config`) checks torch.compile's guards on its first call in a
-      `generate()` call only: the steps of one call differ in tensor values alone (same shapes, dtypes, arguments and
-      module state), and checking about a thousand guards on the model's modules cost about a tenth of a compiled
-      small GPT's step on CPU. A step whose shapes did change would still fail the compiled code's own size checks.
-      `check_guards_every_step = True` (class or instance) turns it off."""
+    """Mixin (before the GenerationMixin) for a language model: `generate()` runs within `transposed_linear_weights`
+    on CPU. At batch 1 a step reads every weight once and the matrix-vector products are most of it (measured: the
+    GPT's batch-1 compiled step 1.42x -> 1.60x of the eager dynamic-cache one, the LSTM's eager step 1.29x, same
+    tokens). `transpose_weights_for_decoding = False` (class or instance) turns it off."""
 
     transpose_weights_for_decoding = True
-    check_guards_every_step = False
-
-    def get_compiled_call(self, compile_config):
-        compiled = super().get_compiled_call(compile_config)
-        if self.check_guards_every_step:
-            return compiled
-        first = True
-
-        def step(*args, **kwargs):
-            nonlocal first
-            if first:  # guards checked, and a graph compiled if none matches
-                first = False
-                return compiled(*args, **kwargs)
-            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                return compiled(*args, **kwargs)
-
-        return step
 
     def prepare_inputs_for_generation(
         self,
