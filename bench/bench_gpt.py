@@ -496,6 +496,7 @@ DECODE_VARIANTS = {
     "dynamic cache, eager": ("dynamic", False, False),
     "static cache, eager": ("static", False, False),
     "static cache, compiled": ("static", True, False),
+    "static cache, compiled, C++ wrapper": ("static", "cpp", False),
 }
 
 
@@ -513,6 +514,9 @@ class Decoder:
             # One graph for the one-token step (the prompt runs eager); transformers compiles in generate() on GPUs
             # only unless asked. mode="default": "reduce-overhead" means CUDA graphs.
             self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+            if self.compiled == "cpp":  # inductor's C++ wrapper: the step's glue code compiled too, not Python
+                self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None)
+                self.compile_config.options = {"cpp_wrapper": True}
             self.compile_config._compile_all_devices = True
 
     @torch.no_grad()
