@@ -56,6 +56,10 @@ DEFAULTS = dict(
     threads=1,
 )
 QUICK = dict(steps=20, batch_size=8, train_length=8, length=8, examples=16, hidden_size=16)
+# A difference in error rate counts only above this: at the default test size (200 sequences, 5,200 tokens) one
+# error moves a rate by 0.0002, and a run where every regime has learned the task (3000 steps: 2 errors in 5,200
+# tokens for teacher forcing, none for scheduled sampling) must not read as evidence either way.
+MIN_EFFECT = 0.01
 
 
 def regimes(o: dict) -> dict:
@@ -168,7 +172,8 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             f"{o['hidden_size']} units); {o['steps']} AdamW steps (peak {o['learning_rate']}, cosine decay) on batches "
             f"of {o['batch_size']} reversals of {o['min_length']}-{o['train_length']} letters, the same batches for "
             f"every regime; test: {o['examples']} unseen reversals of {o['length']} letters (position "
-            f"{positions} is EOS).",
+            f"{positions} is EOS). The claims count a difference in error rate only above {MIN_EFFECT}: below it, a "
+            "few errors among thousands of tokens decide, or every regime has learned the task.",
             markdown_table(
                 [
                     "training",
@@ -196,8 +201,17 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             ),
         ]
     )
+    claims = exposure_claims(models)
+    results = {"options": {"quick": quick, **o}, "models": models, "claims": claims}
+    return finish(NAME, TITLE, folder, results, body, started, plots)
+
+
+def exposure_claims(models: dict) -> list[dict]:
+    """The lecture's three claims against the measured error rates: `models` maps "teacher forcing" and each scheduled
+    sampling regime to its figures (mean_free, mean_forced, mean_gap, and gap per output position)."""
     forcing = models["teacher forcing"]
     sampled = {k: m for k, m in models.items() if k != "teacher forcing"}
+    positions = len(forcing["gap"])
     half = positions // 2
     first, second = (sum(forcing["gap"][:half]) / half, sum(forcing["gap"][half:]) / (positions - half))
     claims = [
@@ -206,25 +220,24 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             "gap grows along the output",
             f"teacher forcing: mean error {forcing['mean_free']:.3f} free vs {forcing['mean_forced']:.3f} forced; gap "
             f"{first:.3f} over the first half of the positions, {second:.3f} over the second",
-            forcing["mean_gap"] > 0 and second > first,
+            forcing["mean_gap"] > MIN_EFFECT and second > first + MIN_EFFECT,
         ),
         claim(
             "Scheduled sampling narrows the gap between training and decoding",
             "gap: teacher forcing "
             + f"{forcing['mean_gap']:.3f}; "
             + "; ".join(f"{k} {m['mean_gap']:.3f}" for k, m in sampled.items()),
-            all(m["mean_gap"] < forcing["mean_gap"] for m in sampled.values()),
+            all(m["mean_gap"] < forcing["mean_gap"] - MIN_EFFECT for m in sampled.values()),
         ),
         claim(
             "Scheduled sampling lowers the error of free decoding (Bengio et al. 2015)",
             "mean error decoding freely: teacher forcing "
             + f"{forcing['mean_free']:.3f}; "
             + "; ".join(f"{k} {m['mean_free']:.3f}" for k, m in sampled.items()),
-            all(m["mean_free"] < forcing["mean_free"] for m in sampled.values()),
+            all(m["mean_free"] < forcing["mean_free"] - MIN_EFFECT for m in sampled.values()),
         ),
     ]
-    results = {"options": {"quick": quick, **o}, "models": models, "claims": claims}
-    return finish(NAME, TITLE, folder, results, body, started, plots)
+    return claims
 
 
 def plot(models: dict, path, o) -> str:
