@@ -186,6 +186,8 @@ def test_one_token_step_inputs_equal_transformers_general_ones():
     from transformers import StaticCache
     from transformers.generation.utils import GenerationMixin
 
+    from hf_seq.models.decoding import one_token_step_inputs
+
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=99, **TINY)
     model = GPTForCausalLM(config).eval()
@@ -196,6 +198,9 @@ def test_one_token_step_inputs_equal_transformers_general_ones():
     mask[1, :3] = 0
     for attention_mask in (mask, None):
         kwargs = dict(attention_mask=attention_mask, position_ids=torch.arange(7).expand(2, -1), logits_to_keep=1)
+        step = dict(kwargs)
+        del step["attention_mask"]
+        assert one_token_step_inputs(model, ids, 1, cache, attention_mask, None, step) is not None  # the short path
         ours = model.prepare_inputs_for_generation(ids, next_sequence_length=1, past_key_values=cache, **kwargs)
         general = GenerationMixin.prepare_inputs_for_generation(
             model, ids, next_sequence_length=1, past_key_values=cache, **kwargs
