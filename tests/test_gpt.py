@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from hf_seq import GPTConfig, GPTForCausalLM
+from hf_seq.models.decoding import transposed_linear_weights
 from tests.tester import ModelTesterMixin
 
 
@@ -154,6 +155,25 @@ def test_generate_reads_transposed_weights_with_the_same_tokens_and_leaves_the_m
     assert model.state_dict().keys() == before.keys()
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
     assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_decoding_transposes_only_the_weights_read_faster_transposed():
+    """Within transposed_linear_weights, layers with out >= in features compute one row from a contiguous W^T (the
+    MLP's down projection, 4C -> C, keeps W: read transposed it is slower); every layer gives the same output."""
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
+    linears = {name: m for name, m in model.named_modules() if type(m) is torch.nn.Linear}
+    x = {name: torch.randn(1, 1, m.in_features) for name, m in linears.items()}
+    with torch.no_grad():
+        expected = {name: m(x[name]) for name, m in linears.items()}
+        with transposed_linear_weights(model):
+            transposed = {name for name, m in linears.items() if "weight_t" in m._buffers}
+            outputs = {name: m(x[name]) for name, m in linears.items()}
+    assert transposed == {name for name, m in linears.items() if m.out_features >= m.in_features}
+    kept = set(linears) - transposed
+    assert "lm_head" in transposed and kept and all(name.endswith("down_proj") for name in kept)
+    for name in linears:
+        torch.testing.assert_close(outputs[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -111,6 +111,11 @@ class MultiHeadAttention(nn.Module):
 
         implementation = self.config._attn_implementation
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        if implementation == "sdpa" and T == 1 and query.device.type == "cpu" and torch.compiler.is_compiling():
+            # A compiled one-token decode step: inductor fuses the written-out softmax(q K^T) V for one query into a
+            # few loops, where the SDPA CPU kernel has a fixed cost of about 50 us per call (4 layers: a tenth of a
+            # small GPT's step; bench/bench_gpt.py --speed). Same result up to float rounding.
+            attention = eager_attention_forward
         if position_bias is not None:
             if implementation not in ("eager", "sdpa"):
                 raise ValueError(

@@ -1,11 +1,17 @@
 """Decoding at a few rows per step: every weight matrix is read once per generated token, so a step costs what the
 matrix-vector products cost, and their speed depends on the weight's memory layout.
 
-nn.Linear keeps W as (out, in) and computes x W^T. For one row x, CPU BLAS libraries (MKL on the machines measured in
-bench/results/gpt_cpu.md) read a transposed operand 2-3x more slowly than a contiguous (in, out) one: 8000 x 256 in
-1.1 ms against 0.38 ms, 768 x 256 in 41 against 22 us. `transposed_linear_weights(model)` gives every nn.Linear a
-contiguous copy of W^T for the duration of a `generate()` call (the copy takes a few milliseconds, is freed afterwards
-and can never be stale), used for inputs of at most `max_rows` rows; a longer input (the prompt) and training use W.
+nn.Linear keeps W as (out, in) and computes x W^T. For one row x and a weight that is not in the CPU caches, MKL (the
+BLAS of the machines measured in bench/results/) reads a wide W^T faster as a contiguous (in, out) copy than through
+the transposed view, and a narrow one more slowly (one thread, microseconds, weights cycled so each read is cold):
+
+    W (out x in)     8000 x 256   1024 x 256   768 x 256   256 x 256   256 x 1024
+    x W^T, W as is   1,080        130-150      110-130     57          98-111
+    contiguous W^T   480-550      76-95        74-83       44          140
+
+`transposed_linear_weights(model)` gives every nn.Linear with out >= in features a contiguous copy of W^T for the
+duration of a `generate()` call (the copy takes a few milliseconds, is freed afterwards and can never be stale), used
+for inputs of at most `max_rows` rows; a longer input (the prompt) and training use W.
 """
 
 from contextlib import contextmanager
@@ -30,9 +36,14 @@ class _FewRowsLinear(nn.Linear):
 
 @contextmanager
 def transposed_linear_weights(model: nn.Module):
-    """Within the block, every nn.Linear of `model` computes few-row inputs from a contiguous W^T (see the module
-    docstring). Weights shared between modules (tied embeddings) are transposed once."""
-    linears = [m for m in model.modules() if type(m) is nn.Linear and m.weight.device.type == "cpu"]
+    """Within the block, every nn.Linear of `model` with at least as many outputs as inputs computes few-row inputs
+    from a contiguous W^T (see the module docstring). Weights shared between modules (tied embeddings) are transposed
+    once."""
+    linears = [
+        m
+        for m in model.modules()
+        if type(m) is nn.Linear and m.weight.device.type == "cpu" and m.out_features >= m.in_features
+    ]
     copies = {}
     with torch.no_grad():
         for linear in linears:
