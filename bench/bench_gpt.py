@@ -511,13 +511,11 @@ class Decoder:
         self.prompt = torch.randint(1, size.vocab_size, (batch, size.prompt_len), generator=generator)
         self.compile_config = None
         if self.compiled:
-            # One graph for the one-token step (the prompt runs eager); transformers compiles in generate() on GPUs
-            # only unless asked. mode="default": "reduce-overhead" means CUDA graphs.
+            # One graph for the one-token step (the prompt runs eager). mode="default": "reduce-overhead" means CUDA graphs.
             self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
             if self.compiled == "cpp":  # inductor's C++ wrapper: the step's glue code compiled too, not Python
                 self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None)
                 self.compile_config.options = {"cpp_wrapper": True}
-            self.compile_config._compile_all_devices = True
 
     @torch.no_grad()
     def run(self) -> tuple[float, torch.Tensor]:

@@ -243,7 +243,6 @@ def decode_report(size: Size, rounds: int, attn: str) -> str:
 
     model = build_models(size, attn)["ours"].eval()
     compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
-    compile_config._compile_all_devices = True  # transformers compiles in generate() on GPUs only unless asked
     lines = [
         f"Greedy `generate()`: source {size.source_len} tokens, {size.new_tokens} new tokens, ms per new token "
         "(encoder included); ratio: dynamic eager / variant, median of per-round ratios.",

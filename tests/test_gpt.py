@@ -178,14 +178,14 @@ def test_decoding_transposes_only_the_weights_read_faster_transposed():
 
 @pytest.mark.slow
 def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
-    """A compiled one-token step with a static cache: one graph, no recompilation per step or per call."""
+    """A compiled one-token step with a static cache: one graph, no recompilation per step or per call. On a CPU a
+    compile_config is honoured as it is (transformers would skip it there without a private flag), and not changed."""
     from torch._dynamo.utils import counters
     from transformers import CompileConfig
 
     torch.manual_seed(0)
     model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
     config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
-    config._compile_all_devices = True  # transformers compiles in generate() on GPUs only unless asked
     generate = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     ids = torch.randint(3, 99, (2, 5))
     mask = torch.ones_like(ids)
@@ -198,6 +198,7 @@ def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
             out = model.generate(**inputs, cache_implementation="static", compile_config=config, **generate)
             assert torch.equal(out, eager)
         assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"] and not counters["graph_break"]
+    assert config._compile_all_devices is None
 
 
 def test_one_token_step_inputs_equal_transformers_general_ones():

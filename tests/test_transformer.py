@@ -476,7 +476,6 @@ def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
     mask = torch.ones_like(ids)
     mask[0, 5:] = 0
     compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
-    compile_config._compile_all_devices = True  # transformers compiles in generate() on GPUs only unless asked
     generate = dict(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, eos_token_id=None)
     eager = model.generate(**generate)
     torch._dynamo.reset()

@@ -1,5 +1,7 @@
 """Input checks and index helpers shared by the model families."""
 
+import copy
+
 import torch
 from transformers import GenerationMixin, PreTrainedModel
 
@@ -118,6 +120,12 @@ class CheckedGenerationMixin(GenerationMixin):
         top_p = kwargs.get("top_p", getattr(config, "top_p", None))
         if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
             raise ValueError(f"generate: top_p must be a number in (0, 1] (1 keeps every token), got {top_p!r}.")
+        compile_config = kwargs.get("compile_config")
+        if compile_config is not None and self.device.type == "cpu" and not compile_config._compile_all_devices:
+            # transformers compiles the decode step on accelerators only, and on a CPU skips a compile_config with a
+            # warning unless a private flag is set: passing one is asking for the compiled step, so it is honoured
+            kwargs["compile_config"] = copy.copy(compile_config)
+            kwargs["compile_config"]._compile_all_devices = True
         return super().generate(*args, **kwargs)
 
 
