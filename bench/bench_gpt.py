@@ -310,7 +310,11 @@ def main() -> None:
         choices=["gelu_new", "gelu_pytorch_tanh"],
         help="the reference's GELU kernel: GPT-2's own (unfused) or the fused one ours uses, to compare the rest",
     )
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="interleaved rounds (default 5; 15 with --speed, whose decode rounds are one generate() call each)",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny size and 2 rounds: a smoke test")
     parser.add_argument("--sizes", nargs="*", help=f"subset of {list(SIZES)}")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
@@ -321,6 +325,8 @@ def main() -> None:
     )
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds is None:
+        args.rounds = 15 if args.speed else 5
     if args.memory_child:
         return memory_child(args)
     if args.threads:
@@ -643,7 +649,7 @@ def speed_report(args) -> None:
         "",
         f"torch._dynamo: {graphs_after_training} graph(s) for the training step, "
         f"{counters['stats']['unique_graphs'] - graphs_after_training} for the decode steps (one per batch size and "
-        f"weight layout), {sum(recompiles.values())} compiled during the timed rounds (none: no recompilation per "
+        f"compile mode), {sum(recompiles.values())} compiled during the timed rounds (none: no recompilation per "
         f"step or per call); graph breaks: {sum(counters['graph_break'].values())}, recompilations: "
         f"{sum(counters['recompiles'].values())}.",
     ]
@@ -652,7 +658,7 @@ def speed_report(args) -> None:
 
 def write_speed_report(args, size: Size, rounds: int, lines: list[str]) -> None:
     command = "python bench/bench_gpt.py --speed" + (f" --threads {args.threads}" if args.threads else "")
-    command += " --quick" if args.quick else (f" --rounds {rounds}" if rounds != 5 else "")
+    command += " --quick" if args.quick else (f" --rounds {rounds}" if rounds != 15 else "")
     text = "\n".join(
         [
             "# GPTForCausalLM: eager vs compiled, decode against its floor (cpu)",

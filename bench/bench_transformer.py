@@ -227,10 +227,11 @@ def report(results: list[dict], attn: str, table: dict | None = None) -> str:
 
 
 # ---------------------------------------------------------------------- ours alone: greedy decode, eager vs compiled
-DECODE_VARIANTS = {  # name: (cache_implementation, compiled)
+DECODE_VARIANTS = {  # name: (cache_implementation, compiled: False, "default" or "cpp" for inductor's C++ wrapper)
     "dynamic cache, eager": ("dynamic", False),
     "static cache, eager": ("static", False),
-    "static cache, compiled": ("static", True),
+    "static cache, compiled": ("static", "default"),
+    "static cache, compiled, C++ wrapper": ("static", "cpp"),
 }
 
 
@@ -242,7 +243,10 @@ def decode_report(size: Size, rounds: int, attn: str) -> str:
     from transformers import CompileConfig
 
     model = build_models(size, attn)["ours"].eval()
-    compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+    compile_configs = {
+        "default": CompileConfig(fullgraph=True, dynamic=False, mode="default"),
+        "cpp": CompileConfig(fullgraph=True, dynamic=False, mode=None, options={"cpp_wrapper": True}),
+    }
     lines = [
         f"Greedy `generate()`: source {size.source_len} tokens, {size.new_tokens} new tokens, ms per new token "
         "(encoder included); ratio: dynamic eager / variant, median of per-round ratios.",
@@ -264,7 +268,7 @@ def decode_report(size: Size, rounds: int, attn: str) -> str:
                 max_new_tokens=size.new_tokens,
                 do_sample=False,
                 cache_implementation=cache,
-                compile_config=compile_config if compiled else None,
+                compile_config=compile_configs[compiled] if compiled else None,
             )
             return (time.perf_counter() - start) / size.new_tokens, out
 
@@ -295,7 +299,7 @@ def decode_report(size: Size, rounds: int, attn: str) -> str:
             )
     lines += [
         "",
-        f"torch._dynamo: {counters['stats']['unique_graphs']} graph(s) (one per batch size), none compiled during the "
+        f"torch._dynamo: {counters['stats']['unique_graphs']} graph(s) (one per batch size and compile mode), none compiled during the "
         f"timed rounds; graph breaks: {sum(counters['graph_break'].values())}, recompilations: "
         f"{sum(counters['recompiles'].values())}.",
     ]
@@ -321,6 +325,7 @@ def main() -> None:
         size = QUICK if args.quick else SIZES["small"]
         rounds = 2 if args.quick else args.rounds
         command = "python bench/bench_transformer.py --decode" + (f" --threads {args.threads}" if args.threads else "")
+        command += f" --rounds {args.rounds}" if args.rounds != 5 and not args.quick else ""
         text = "\n".join(
             [
                 "# TransformerForConditionalGeneration: greedy decode, eager vs compiled (cpu)",
