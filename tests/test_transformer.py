@@ -460,6 +460,48 @@ def test_seq2seq_trainer_with_generation_and_bleu(tokenizer, tmp_path):
     assert corpus_bleu(["le chat est assis sur le tapis"], ["le chat est assis sur le tapis"]) == pytest.approx(100.0)
 
 
+def test_one_token_step_inputs_equal_transformers_general_ones():
+    """With a static cache, the decoder's one-token steps get their inputs on the short path of models/decoding.py:
+    the same tensors as transformers' general prepare_inputs_for_generation (captured from a real generate() call,
+    with a padded source, and with a decoder mask given or not); the encoder's mask and outputs pass through."""
+    from transformers.generation.utils import GenerationMixin
+
+    from hf_seq.models.decoding import one_token_step_inputs
+
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=99, **TestTransformer.config_kwargs, pad_token_id=PAD, eos_token_id=EOS)
+    model = TransformerForConditionalGeneration(config).eval()
+    ids = torch.randint(3, 99, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    prepare, steps = model.prepare_inputs_for_generation, []
+
+    def spy(input_ids, **kwargs):
+        steps.append((input_ids, dict(kwargs)))
+        return prepare(input_ids, **kwargs)
+
+    model.prepare_inputs_for_generation = spy
+    model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, cache_implementation="static")
+    del model.prepare_inputs_for_generation
+    decoder_ids, kwargs = steps[-1]
+    assert kwargs["next_sequence_length"] == 1 and decoder_ids.shape == (2, 3)
+    padded = torch.ones_like(decoder_ids)
+    padded[1, 0] = 0
+    for decoder_mask in (None, padded):
+        step = dict(kwargs) | ({} if decoder_mask is None else {"decoder_attention_mask": decoder_mask})
+        named = ("next_sequence_length", "past_key_values", "attention_mask", "inputs_embeds", "is_first_iteration")
+        extra = {k: v for k, v in step.items() if k not in named}
+        cache, source_mask = step["past_key_values"], step["attention_mask"]
+        assert one_token_step_inputs(model, decoder_ids, 1, cache, source_mask, None, extra) is not None
+        ours = model.prepare_inputs_for_generation(decoder_ids, **step)
+        general = GenerationMixin.prepare_inputs_for_generation(model, decoder_ids, **step)
+        assert ours.keys() == general.keys()
+        for key, value in general.items():
+            assert torch.equal(ours[key], value) if torch.is_tensor(value) else ours[key] is value, key
+    assert ours["decoder_attention_mask"].shape[:3] == (2, 1, 1) and not ours["decoder_attention_mask"][1, 0, 0, 0]
+    assert ours["attention_mask"] is mask
+
+
 @pytest.mark.slow
 def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
     """generate() with a static cache and a compiled one-token decoder step: one graph, no recompilation per step or

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
 
 
 class _FewRowsLinear(nn.Linear):
@@ -62,8 +63,10 @@ def transposed_linear_weights(model: nn.Module):
             linear.__class__ = nn.Linear
 
 
-# The keyword arguments generate() passes to a decoder-only model's one-token step; anything else takes the general path.
+# The keyword arguments generate() passes to a one-token step (decoder-only, encoder-decoder) beside the inputs named
+# in the signature below; anything else takes the general path.
 _STEP_KEYS = frozenset({"position_ids", "logits_to_keep", "use_cache"})
+_SEQ2SEQ_STEP_KEYS = frozenset({"encoder_outputs", "decoder_attention_mask", "logits_to_keep", "use_cache"})
 
 
 def one_token_step_inputs(
@@ -75,30 +78,42 @@ def one_token_step_inputs(
     With a static cache, transformers builds the 4D mask of the whole cache at every step through its general mask
     functions: about a third of a millisecond per token on CPU, a tenth of a compiled small GPT's step (measured in
     bench/bench_gpt.py --speed). For one new token the mask is one row: the 2D mask's entries (1: a real token), then
-    False for the cache slots not written yet; the same boolean mask transformers builds (a test compares them)."""
+    False for the cache slots not written yet; the same boolean mask transformers builds (a test compares them).
+    For an encoder-decoder that row is the decoder's self-attention mask (`decoder_attention_mask`); the encoder's
+    2D `attention_mask` and `encoder_outputs` pass through as they are."""
+    seq2seq = model.config.is_encoder_decoder
+    cache = (
+        past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else past_key_values
+    )
+    own_mask = kwargs.get("decoder_attention_mask") if seq2seq else attention_mask
     if (
         next_sequence_length != 1
-        or model.config.is_encoder_decoder
-        or not getattr(past_key_values, "is_compileable", False)
-        or any(getattr(past_key_values, "is_sliding", [True]))
+        or not getattr(cache, "is_compileable", False)
+        or any(getattr(cache, "is_sliding", [True]))
         or inputs_embeds is not None
-        or (attention_mask is not None and attention_mask.shape != input_ids.shape)
-        or not _STEP_KEYS.issuperset(kwargs)
+        or (own_mask is not None and own_mask.shape != input_ids.shape)
+        or not (_SEQ2SEQ_STEP_KEYS if seq2seq else _STEP_KEYS).issuperset(kwargs)
+        or (seq2seq and kwargs.get("encoder_outputs") is None)
     ):
         return None
     batch, length = input_ids.shape
-    cache_length, offset = past_key_values.get_mask_sizes(1, 0)
+    cache_length, offset = cache.get_mask_sizes(1, 0)
     if offset != 0 or length > cache_length:
         return None
     mask = input_ids.new_zeros((batch, 1, 1, cache_length), dtype=torch.bool)
-    mask[:, 0, 0, :length] = True if attention_mask is None else attention_mask.bool()
+    mask[:, 0, 0, :length] = True if own_mask is None else own_mask.bool()
     # fresh copies: a column of the growing (batch, length) tensor keeps a stride that changes every step (even where
     # it counts as contiguous), and a compiled step would be recompiled for each
-    inputs = {
-        "input_ids": input_ids[:, -1:].clone(memory_format=torch.contiguous_format),
-        "past_key_values": past_key_values,
-        "attention_mask": mask,
-    }
+    last_ids = input_ids[:, -1:].clone(memory_format=torch.contiguous_format)
+    if seq2seq:
+        inputs = {
+            "decoder_input_ids": last_ids,
+            "past_key_values": past_key_values,
+            "decoder_attention_mask": mask,
+            "attention_mask": attention_mask,
+        }
+        return inputs | {k: v for k, v in kwargs.items() if k != "decoder_attention_mask"}
+    inputs = {"input_ids": last_ids, "past_key_values": past_key_values, "attention_mask": mask}
     position_ids = kwargs.get("position_ids")
     if position_ids is not None:
         inputs["position_ids"] = position_ids[:, -1:].clone(memory_format=torch.contiguous_format)
