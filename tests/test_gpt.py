@@ -1,5 +1,6 @@
 import pytest
 import torch
+from transformers import LogitsProcessor
 
 from hf_seq import GPTConfig, GPTForCausalLM
 from hf_seq.models.decoding import transposed_linear_weights
@@ -137,19 +138,37 @@ def test_torch_compile_matches_eager():
         torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
 
 
+class CopiesSeen(LogitsProcessor):
+    """Records at each generate() step whether the model's output layer holds a W^T copy (models/decoding.py)."""
+
+    def __init__(self, model):
+        self.model, self.seen = model, []
+
+    def __call__(self, input_ids, scores):
+        self.seen.append(getattr(self.model.lm_head, "weight_t", None) is not None)
+        return scores
+
+
 def test_generate_reads_transposed_weights_with_the_same_tokens_and_leaves_the_model_as_it_was():
-    """generate() runs the one-token steps on contiguous W^T copies (models/decoding.py): the same tokens as the
-    (out, in) layout, greedy and beam search, and afterwards the layers, parameters and state dict are unchanged."""
+    """generate() runs the one-token steps on contiguous W^T copies (models/decoding.py), made after the prompt's
+    step: the same tokens as the (out, in) layout, greedy and beam search, and afterwards the layers, parameters and
+    state dict are unchanged."""
     torch.manual_seed(0)
     model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    ids = torch.randint(3, 99, (3, 6))
-    for kwargs in (dict(do_sample=False), dict(num_beams=3, do_sample=False)):
-        outputs = []
-        for transposed in (True, False):
-            model.transpose_weights_for_decoding = transposed
-            outputs.append(model.generate(ids, max_new_tokens=6, pad_token_id=0, eos_token_id=None, **kwargs))
-        assert torch.equal(outputs[0], outputs[1]), kwargs
+    for ids in (torch.randint(3, 99, (3, 6)), torch.randint(3, 99, (1, 6))):
+        for kwargs in (dict(do_sample=False), dict(num_beams=3, do_sample=False)):
+            outputs = []
+            for transposed in (True, False):
+                model.transpose_weights_for_decoding = transposed
+                spy = CopiesSeen(model)
+                outputs.append(
+                    model.generate(
+                        ids, max_new_tokens=6, pad_token_id=0, eos_token_id=None, logits_processor=[spy], **kwargs
+                    )
+                )
+                assert spy.seen == [False] + [transposed] * 5, (transposed, kwargs)
+            assert torch.equal(outputs[0], outputs[1]), kwargs
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert all(type(m) is torch.nn.Linear and "weight_t" not in m._buffers for m in linears)
     assert model.state_dict().keys() == before.keys()
@@ -158,16 +177,18 @@ def test_generate_reads_transposed_weights_with_the_same_tokens_and_leaves_the_m
 
 
 def test_decoding_transposes_only_the_weights_read_faster_transposed():
-    """Within transposed_linear_weights, layers with out >= in features compute one row from a contiguous W^T (the
-    MLP's down projection, 4C -> C, keeps W: read transposed it is slower); every layer gives the same output."""
+    """Within transposed_linear_weights, once the copies are made, layers with out >= in features compute one row from
+    a contiguous W^T (the MLP's down projection, 4C -> C, keeps W: read transposed it is slower); every layer gives
+    the same output."""
     torch.manual_seed(0)
     model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
     linears = {name: m for name, m in model.named_modules() if type(m) is torch.nn.Linear}
     x = {name: torch.randn(1, 1, m.in_features) for name, m in linears.items()}
     with torch.no_grad():
         expected = {name: m(x[name]) for name, m in linears.items()}
-        with transposed_linear_weights(model):
-            transposed = {name for name, m in linears.items() if "weight_t" in m._buffers}
+        with transposed_linear_weights(model) as transpose:
+            transpose()
+            transposed = {name for name, m in linears.items() if getattr(m, "weight_t", None) is not None}
             outputs = {name: m(x[name]) for name, m in linears.items()}
     assert transposed == {name for name, m in linears.items() if m.out_features >= m.in_features}
     kept = set(linears) - transposed
@@ -179,7 +200,9 @@ def test_decoding_transposes_only_the_weights_read_faster_transposed():
 @pytest.mark.slow
 def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
     """A compiled one-token step with a static cache: one graph, no recompilation per step or per call. On a CPU a
-    compile_config is honoured as it is (transformers would skip it there without a private flag), and not changed."""
+    compile_config is honoured as it is (transformers would skip it there without a private flag), and not changed.
+    At one row per step the compiled step reads the weights as they are, so no W^T copy is made (models/decoding.py);
+    at two rows it reads the copies."""
     from torch._dynamo.utils import counters
     from transformers import CompileConfig
 
@@ -195,8 +218,12 @@ def test_compiled_static_decode_is_one_graph_with_the_eager_tokens():
         torch._dynamo.reset()
         counters.clear()
         for _ in range(2):
-            out = model.generate(**inputs, cache_implementation="static", compile_config=config, **generate)
+            spy = CopiesSeen(model)
+            out = model.generate(
+                **inputs, cache_implementation="static", compile_config=config, logits_processor=[spy], **generate
+            )
             assert torch.equal(out, eager)
+            assert spy.seen == [False] + [len(inputs["input_ids"]) > 1] * 7
         assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"] and not counters["graph_break"]
     assert config._compile_all_devices is None
 

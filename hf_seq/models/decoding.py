@@ -9,9 +9,13 @@ the transposed view, and a narrow one more slowly (one thread, microseconds, wei
     x W^T, W as is   1,080        130-150      110-130     57          98-111
     contiguous W^T   480-550      76-95        74-83       44          140
 
-`transposed_linear_weights(model)` gives every nn.Linear with out >= in features a contiguous copy of W^T for the
-duration of a `generate()` call (the copy takes a few milliseconds, is freed afterwards and can never be stale), used
-for inputs of at most `max_rows` rows; a longer input (the prompt) and training use W.
+`transposed_linear_weights(model)` lets every nn.Linear with out >= in features use a contiguous copy of W^T for the
+duration of a `generate()` call (the copy takes a few milliseconds, is freed afterwards and can never be stale), for
+inputs of at most `max_rows` rows; a longer input (the prompt) and training use W.
+
+A compiled one-row step needs no copy: inductor turns y_j = sum_k x_k W_jk into one loop over the rows of W as it is,
+fused with the ops around it, which reads W as fast as MKL reads W^T (bench/bench_gpt.py --speed). So a decode that is
+compiled at one row per step skips the copies altogether (about 6 ms per generate() call for the small bench GPT).
 """
 
 from contextlib import contextmanager
@@ -27,6 +31,8 @@ class _FewRowsLinear(nn.Linear):
     max_rows = 16
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() == x.shape[-1] and torch.compiler.is_compiling() and x.dtype == self.weight.dtype:
+            return one_row_linear(x, self.weight, self.bias)
         weight_t = self.weight_t
         if weight_t is None or x.numel() > self.max_rows * x.shape[-1]:
             return nn.functional.linear(x, self.weight, self.bias)
@@ -35,28 +41,44 @@ class _FewRowsLinear(nn.Linear):
         return y.view(*x.shape[:-1], weight_t.shape[1])
 
 
+def one_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b for one row x, written as the reduction y_j = sum_k x_k W_jk for a compiled graph: inductor makes it
+    one loop over the rows of W (W read once, as it is stored). `as_strided` makes inductor store x before that loop;
+    otherwise it would recompute x (a layer norm, a residual sum) inside it for every row of W, about 20% slower."""
+    x = x.as_strided(x.shape, x.stride())
+    y = (x.unsqueeze(-2) * weight).sum(-1)  # (..., 1, in) * (out, in) -> (..., out)
+    return y if bias is None else y + bias
+
+
 @contextmanager
 def transposed_linear_weights(model: nn.Module):
     """Within the block, every nn.Linear of `model` with at least as many outputs as inputs computes few-row inputs
-    from a contiguous W^T (see the module docstring). Weights shared between modules (tied embeddings) are transposed
-    once."""
+    from a contiguous W^T (see the module docstring) once the copies are made: the block yields a function that makes
+    them (once; later calls do nothing). Weights shared between modules (tied embeddings) are transposed once."""
     linears = [
         m
         for m in model.modules()
         if type(m) is nn.Linear and m.weight.device.type == "cpu" and m.out_features >= m.in_features
     ]
-    copies = {}
-    with torch.no_grad():
-        for linear in linears:
-            key = linear.weight.data_ptr()
-            if key not in copies:
-                copies[key] = linear.weight.t().contiguous()
-            linear.__class__ = _FewRowsLinear
-            # A buffer, not a plain attribute: a compiled forward takes it as an input, so a new copy in the next
-            # generate() call does not recompile.
-            linear.register_buffer("weight_t", copies[key], persistent=False)
+    for linear in linears:
+        linear.__class__ = _FewRowsLinear
+        # A buffer, not a plain attribute: a compiled forward takes it as an input, so a new copy in the next
+        # generate() call does not recompile.
+        linear.register_buffer("weight_t", None, persistent=False)
+
+    def transpose():
+        if not linears or linears[0].weight_t is not None:
+            return
+        copies = {}
+        with torch.no_grad():
+            for linear in linears:
+                key = linear.weight.data_ptr()
+                if key not in copies:
+                    copies[key] = linear.weight.t().contiguous()
+                linear.weight_t = copies[key]
+
     try:
-        yield
+        yield transpose
     finally:
         for linear in linears:
             del linear.weight_t
@@ -121,10 +143,11 @@ def one_token_step_inputs(
 
 
 class TransposedWeightsDecoding:
-    """Mixin (before the GenerationMixin) for a language model: `generate()` runs within `transposed_linear_weights`
+    """Mixin (first among the bases, before the PreTrainedModel) for a language model: `generate()` runs within `transposed_linear_weights`
     on CPU. At batch 1 a step reads every weight once and the matrix-vector products are most of it (measured: the
     GPT's batch-1 compiled step 1.42x -> 1.60x of the eager dynamic-cache one, the LSTM's eager step 1.29x, same
-    tokens). `transpose_weights_for_decoding = False` (class or instance) turns it off."""
+    tokens). The copies are made before the first one-token step, unless every step is compiled at one row (see the
+    module docstring). `transpose_weights_for_decoding = False` (class or instance) turns it off."""
 
     transpose_weights_for_decoding = True
 
@@ -138,6 +161,9 @@ class TransposedWeightsDecoding:
         is_first_iteration=False,
         **kwargs,
     ):
+        plan = getattr(self, "_decode_plan", None)
+        if plan is not None and not is_first_iteration and not (plan["compiled"] and input_ids.shape[0] == 1):
+            plan["transpose"]()
         inputs = one_token_step_inputs(
             self, input_ids, next_sequence_length, past_key_values, attention_mask, inputs_embeds, kwargs
         )
@@ -153,11 +179,21 @@ class TransposedWeightsDecoding:
             **kwargs,
         )
 
+    def get_compiled_call(self, compile_config):
+        plan = getattr(self, "_decode_plan", None)
+        if plan is not None:  # generate() asks for the compiled step once, before its first step
+            plan["compiled"] = True
+        return super().get_compiled_call(compile_config)
+
     def generate(self, *args, **kwargs):
         if not self.transpose_weights_for_decoding:
             return super().generate(*args, **kwargs)
-        with transposed_linear_weights(self):
-            return super().generate(*args, **kwargs)
+        with transposed_linear_weights(self) as transpose:
+            self._decode_plan = {"transpose": transpose, "compiled": False}
+            try:
+                return super().generate(*args, **kwargs)
+            finally:
+                del self._decode_plan
 
 
 __all__ = ["TransposedWeightsDecoding", "transposed_linear_weights"]

@@ -185,7 +185,7 @@ class GPTModel(GPTPreTrainedModel):
         )
 
 
-class GPTForCausalLM(GPTPreTrainedModel, TransposedWeightsDecoding, CheckedGenerationMixin):
+class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGenerationMixin):
     """`generate()` on CPU reads contiguous W^T copies for the one-token steps (models/decoding.py). For a compiled
     decode pass `cache_implementation="static"` and a `compile_config` (bench/bench_gpt.py --speed measures both)."""
 

@@ -124,7 +124,7 @@ class RNNModel(RNNPreTrainedModel):
         )
 
 
-class RNNForCausalLM(RNNPreTrainedModel, TransposedWeightsDecoding, CheckedGenerationMixin):
+class RNNForCausalLM(TransposedWeightsDecoding, RNNPreTrainedModel, CheckedGenerationMixin):
     """The recurrent language model (the design of Mikolov et al. 2010 and Zaremba et al. 2014): predicts token
     t+1 from the top layer's state at t, through the (tied) output embedding. `generate()` on CPU reads the output
     projection as a contiguous W^T copy (models/decoding.py); the one-step update is already one fused cell kernel

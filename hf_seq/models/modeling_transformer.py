@@ -400,7 +400,7 @@ class TransformerModel(TransformerPreTrainedModel):
 
 
 class TransformerForConditionalGeneration(
-    Seq2SeqLMMixin, TransformerPreTrainedModel, TransposedWeightsDecoding, CheckedGenerationMixin
+    TransposedWeightsDecoding, Seq2SeqLMMixin, TransformerPreTrainedModel, CheckedGenerationMixin
 ):
     """The translation model: p(y_t | y_<t, x) over the shared vocabulary, trained with (label-smoothed)
     cross-entropy, decoded with `generate()` (greedy, sampling, beam search with length penalty)."""
