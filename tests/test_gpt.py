@@ -187,6 +187,8 @@ def test_decoding_transposes_only_the_weights_read_faster_transposed():
     with torch.no_grad():
         expected = {name: m(x[name]) for name, m in linears.items()}
         with transposed_linear_weights(model) as transpose:
+            # every layer, transposed or not, computes a compiled one-row input from W as it is (one_row_linear)
+            assert not any(type(m) is torch.nn.Linear for m in model.modules())
             transpose()
             transposed = {name for name, m in linears.items() if getattr(m, "weight_t", None) is not None}
             outputs = {name: m(x[name]) for name, m in linears.items()}
