@@ -178,6 +178,7 @@ GENERATE_FAULTS = [
     (dict(num_return_sequences=0), "num_return_sequences"),
     (dict(do_sample=True, top_p=0.0), "top_p"),
     (dict(do_sample=True, top_p=1.5), "top_p"),
+    (dict(compile_config={"fullgraph": True}), "compile_config must be a transformers.CompileConfig, got dict"),
 ]
 
 

@@ -3,7 +3,7 @@
 import copy
 
 import torch
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import CompileConfig, GenerationMixin, PreTrainedModel
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
@@ -121,6 +121,12 @@ class CheckedGenerationMixin(GenerationMixin):
         if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
             raise ValueError(f"generate: top_p must be a number in (0, 1] (1 keeps every token), got {top_p!r}.")
         compile_config = kwargs.get("compile_config")
+        if compile_config is not None and not isinstance(compile_config, CompileConfig):
+            raise ValueError(
+                f"generate: compile_config must be a transformers.CompileConfig, got {type(compile_config).__name__} "
+                f"{compile_config!r}; e.g. CompileConfig(fullgraph=True, dynamic=False), with "
+                'cache_implementation="static".'
+            )
         if compile_config is not None and self.device.type == "cpu" and not compile_config._compile_all_devices:
             # transformers compiles the decode step on accelerators only, and on a CPU skips a compile_config with a
             # warning unless a private flag is set: passing one is asking for the compiled step, so it is honoured
