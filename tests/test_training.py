@@ -93,7 +93,8 @@ def test_shipped_recipes_are_valid():
 
 def _train(tmp_path, out, extra=(), launcher=(sys.executable, "-m", "hf_seq.cli")):
     recipe = write_recipe(tmp_path, TINY_GPT)
-    cmd = [*launcher, "train", str(recipe), f"training.output_dir={out}", *extra]
+    # one thread: runs compared bit for bit must not split their products differently (the default follows the load)
+    cmd = [*launcher, "train", str(recipe), f"training.output_dir={out}", "training.threads=1", *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
