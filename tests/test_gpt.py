@@ -234,9 +234,10 @@ def test_one_token_step_inputs_equal_transformers_general_ones():
     """With a static cache, generate()'s one-token step builds its inputs on a short path (models/decoding.py): the
     same tensors as transformers' general prepare_inputs_for_generation, padded or not; other steps take that path."""
     from transformers import StaticCache
-    from transformers.generation.utils import GenerationMixin
 
     from hf_seq.models.decoding import one_token_step_inputs
+    from hf_seq.models.utils import CACHE_NAME
+    from tests.tester import general_step_inputs
 
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=99, **TINY)
@@ -251,17 +252,16 @@ def test_one_token_step_inputs_equal_transformers_general_ones():
         step = dict(kwargs)
         del step["attention_mask"]
         assert one_token_step_inputs(model, ids, 1, cache, attention_mask, None, step) is not None  # the short path
-        ours = model.prepare_inputs_for_generation(ids, next_sequence_length=1, past_key_values=cache, **kwargs)
-        general = GenerationMixin.prepare_inputs_for_generation(
-            model, ids, next_sequence_length=1, past_key_values=cache, **kwargs
-        )
+        # the cache under the name generate() passes it
+        ours = model.prepare_inputs_for_generation(ids, next_sequence_length=1, **{CACHE_NAME: cache}, **kwargs)
+        general = general_step_inputs(model, ids, next_sequence_length=1, **{CACHE_NAME: cache}, **kwargs)
         assert ours.keys() == general.keys()
         for key, value in general.items():
             assert torch.equal(ours[key], value) if torch.is_tensor(value) else ours[key] is value, key
         assert ours["input_ids"].stride() == (1, 1)  # a fresh tensor: a compiled step sees the same strides
     assert ours["attention_mask"].shape == (2, 1, 1, 12)
     general = model.prepare_inputs_for_generation(
-        ids, next_sequence_length=7, past_key_values=cache, attention_mask=mask
+        ids, next_sequence_length=7, **{CACHE_NAME: cache}, attention_mask=mask
     )
     assert general["attention_mask"].shape[2] == 7  # the prompt: transformers' own path
 

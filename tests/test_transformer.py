@@ -464,9 +464,9 @@ def test_one_token_step_inputs_equal_transformers_general_ones():
     """With a static cache, the decoder's one-token steps get their inputs on the short path of models/decoding.py:
     the same tensors as transformers' general prepare_inputs_for_generation (captured from a real generate() call,
     with a padded source, and with a decoder mask given or not); the encoder's mask and outputs pass through."""
-    from transformers.generation.utils import GenerationMixin
-
     from hf_seq.models.decoding import one_token_step_inputs
+    from hf_seq.models.utils import CACHE_NAME
+    from tests.tester import general_step_inputs
 
     torch.manual_seed(0)
     config = TransformerConfig(vocab_size=99, **TestTransformer.config_kwargs, pad_token_id=PAD, eos_token_id=EOS)
@@ -489,12 +489,12 @@ def test_one_token_step_inputs_equal_transformers_general_ones():
     padded[1, 0] = 0
     for decoder_mask in (None, padded):
         step = dict(kwargs) | ({} if decoder_mask is None else {"decoder_attention_mask": decoder_mask})
-        named = ("next_sequence_length", "past_key_values", "attention_mask", "inputs_embeds", "is_first_iteration")
+        named = ("next_sequence_length", CACHE_NAME, "attention_mask", "inputs_embeds", "is_first_iteration")
         extra = {k: v for k, v in step.items() if k not in named}
-        cache, source_mask = step["past_key_values"], step["attention_mask"]
+        cache, source_mask = step[CACHE_NAME], step["attention_mask"]
         assert one_token_step_inputs(model, decoder_ids, 1, cache, source_mask, None, extra) is not None
         ours = model.prepare_inputs_for_generation(decoder_ids, **step)
-        general = GenerationMixin.prepare_inputs_for_generation(model, decoder_ids, **step)
+        general = general_step_inputs(model, decoder_ids, **step)
         assert ours.keys() == general.keys()
         for key, value in general.items():
             assert torch.equal(ours[key], value) if torch.is_tensor(value) else ours[key] is value, key

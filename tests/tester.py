@@ -554,3 +554,14 @@ class ModelTesterMixin:
             inputs["decoder_input_ids"] = ids[:, :2]
         with pytest.raises(ValueError, match="max_position_embeddings"):
             model(**inputs)
+
+
+def general_step_inputs(model, input_ids, **kwargs) -> dict:
+    """transformers' own prepare_inputs_for_generation, with the cache under the name the families take (transformers
+    5.24 names it `cache`, before it `past_key_values`)."""
+    from transformers.generation.utils import GenerationMixin
+
+    inputs = GenerationMixin.prepare_inputs_for_generation(model, input_ids, **kwargs)
+    if "cache" in inputs:
+        inputs["past_key_values"] = inputs.pop("cache")
+    return inputs

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 
+from .utils import CACHE_NAME
+
 
 class _FewRowsLinear(nn.Linear):
     """An nn.Linear for the duration of a decode: y = x (W^T) + b with W^T contiguous, for inputs of few rows."""
@@ -162,8 +164,10 @@ class TransposedWeightsDecoding:
         attention_mask=None,
         inputs_embeds=None,
         is_first_iteration=False,
+        cache=None,
         **kwargs,
     ):
+        past_key_values = cache if cache is not None else past_key_values  # its name from transformers 5.24 on
         plan = getattr(self, "_decode_plan", None)
         if plan is not None and not is_first_iteration and not (plan["compiled"] and input_ids.shape[0] == 1):
             plan["transpose"]()
@@ -175,7 +179,7 @@ class TransposedWeightsDecoding:
         return super().prepare_inputs_for_generation(
             input_ids,
             next_sequence_length=next_sequence_length,
-            past_key_values=past_key_values,
+            **{CACHE_NAME: past_key_values},
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             is_first_iteration=is_first_iteration,

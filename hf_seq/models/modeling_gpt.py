@@ -154,13 +154,8 @@ class GPTModel(GPTPreTrainedModel):
             key_length = past_key_values.get_mask_sizes(seq_len, 0)[0] if past_key_values is not None else seq_len
             bias = self.alibi(past_length, seq_len, key_length, hidden_states.device)
             kwargs["position_bias"] = bias.to(hidden_states.dtype)
-        mask = create_causal_mask(
-            config=config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            position_ids=position_ids,
-        )
+        # the cache by position: transformers 5.24 renamed that argument from past_key_values to cache
+        mask = create_causal_mask(config, hidden_states, attention_mask, past_key_values, position_ids=position_ids)
 
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = config.output_attentions if output_attentions is None else output_attentions

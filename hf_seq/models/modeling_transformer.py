@@ -304,9 +304,8 @@ class TransformerDecoder(TransformerStack):
         if position_ids is None:
             position_ids = positions_from_attention_mask(attention_mask, past_length, target_length, device)
         hidden_states = self.embed(input_ids, inputs_embeds, position_ids, past_length + target_length)
-        causal_mask = create_causal_mask(
-            config=config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=self_cache
-        )
+        # the cache by position: transformers 5.24 renamed that argument from past_key_values to cache
+        causal_mask = create_causal_mask(config, hidden_states, attention_mask, self_cache)
         cross_mask = create_bidirectional_mask(
             config=config,
             inputs_embeds=hidden_states,

@@ -39,6 +39,9 @@ class RecurrentState:
     # state cannot forget its last tokens).
     is_compileable: ClassVar[bool] = False
     is_croppable: ClassVar[bool] = False
+    # transformers >= 5.24 reads this per layer: not linear attention, whose state does not count tokens; this one
+    # counts them like a key/value cache, so generate() cuts a prompt that repeats them to the new ones
+    is_linear: ClassVar[list[bool]] = [False]
 
     def _batched(self):
         for f in fields(self):

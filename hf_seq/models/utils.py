@@ -4,6 +4,10 @@ import copy
 
 import torch
 from transformers import CompileConfig, GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+# transformers 5.24 renamed generate()'s cache argument and the outputs' field from `past_key_values` to `cache`
+CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
@@ -133,6 +137,16 @@ class CheckedGenerationMixin(GenerationMixin):
             kwargs["compile_config"] = copy.copy(compile_config)
             kwargs["compile_config"]._compile_all_devices = True
         return super().generate(*args, **kwargs)
+
+    def prepare_inputs_for_generation(self, *args, cache=None, **kwargs):
+        """transformers >= 5.24 passes the cache (or recurrent state) as `cache`, and generate() refuses an argument
+        that this signature does not name; the families' forward takes it as `past_key_values`."""
+        if cache is not None:
+            kwargs[CACHE_NAME] = cache
+        inputs = super().prepare_inputs_for_generation(*args, **kwargs)
+        if "cache" in inputs:
+            inputs["past_key_values"] = inputs.pop("cache")
+        return inputs
 
 
 class CheckedPreTrainedModel(PreTrainedModel):
