@@ -10,6 +10,7 @@ import transformers
 
 from hf_seq import RecurrentState, RNNConfig, RNNForCausalLM, RNNForSequenceClassification, RNNModel
 from hf_seq.models.recurrent import RecurrentStack, _gated_elman_loop, _GatedElmanScan
+from hf_seq.models.utils import CACHE_NAME
 from tests.tester import EOS, FIRST_WORD, PAD, ModelTesterMixin
 
 NO_DROPOUT = dict(embedding_dropout=0.0, hidden_dropout=0.0, output_dropout=0.0)
@@ -295,7 +296,7 @@ def test_generate_continues_from_a_returned_state():
     whole = model.generate(ids, **kwargs)
     with torch.no_grad():
         state = model(ids[:, :-1], use_cache=True).past_key_values
-    continued = model.generate(ids, past_key_values=state, **kwargs)
+    continued = model.generate(ids, **{CACHE_NAME: state}, **kwargs)  # past_key_values before transformers 5.24
     assert torch.equal(continued, whole)
 
 

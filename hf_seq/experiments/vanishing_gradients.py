@@ -26,6 +26,7 @@ import torch
 
 from hf_seq import RNNConfig, RNNForCausalLM
 from hf_seq.data import sequence_reversal
+from hf_seq.models.utils import cache_of
 
 from .common import (
     LETTER_VOCAB_SIZE,
@@ -107,7 +108,7 @@ def gradient_norms(model, input_ids: torch.Tensor, target: torch.Tensor, seed: i
         state, hidden = None, []
         for t in range(steps):
             out = model(input_ids=input_ids[:, t : t + 1], past_key_values=state, use_cache=True)
-            state = out.past_key_values
+            state = cache_of(out)
             state.hidden.retain_grad()  # h_t, (layers, B, H): its .grad is d objective / d h_t
             hidden.append(state.hidden)
         if kind == "jacobian":

@@ -55,6 +55,8 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_field,
+    cache_of,
     check_attention_mask,
     check_input_ids,
     last_token_indices,
@@ -525,7 +527,7 @@ class BahdanauModel(BahdanauPreTrainedModel):
         )
         return BahdanauModelOutput(
             last_hidden_state=features,
-            past_key_values=state if use_cache else None,
+            **cache_field(state if use_cache else None),
             decoder_hidden_states=decoder_hidden_states,
             cross_attentions=(alignments[:, None],) if alignments is not None else None,
             encoder_last_hidden_state=annotations,
@@ -594,7 +596,7 @@ class BahdanauForConditionalGeneration(Seq2SeqLMMixin, BahdanauPreTrainedModel, 
         return BahdanauLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_field(cache_of(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,

@@ -27,6 +27,8 @@ from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_field,
+    cache_of,
     check_attention_mask,
     check_input_ids,
     last_token_indices,
@@ -174,7 +176,7 @@ class GPTModel(GPTPreTrainedModel):
             all_hidden_states.append(hidden_states)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
+            **cache_field(past_key_values if use_cache else None),
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
         )
@@ -233,7 +235,7 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_field(cache_of(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )

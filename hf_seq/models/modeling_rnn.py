@@ -29,6 +29,8 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_field,
+    cache_of,
     check_attention_mask,
     check_input_ids,
     sequence_classification_loss,
@@ -119,7 +121,7 @@ class RNNModel(RNNPreTrainedModel):
         out = self.rnn(hidden_states, state, step_mask, output_hidden_states=output_hidden_states)
         return BaseModelOutputWithPast(
             last_hidden_state=out.output,
-            past_key_values=RecurrentState(out.hidden, out.cell, past_length + seq_len) if use_cache else None,
+            **cache_field(RecurrentState(out.hidden, out.cell, past_length + seq_len) if use_cache else None),
             hidden_states=(hidden_states, *out.layer_outputs) if output_hidden_states else None,
         )
 
@@ -189,7 +191,7 @@ class RNNForCausalLM(TransposedWeightsDecoding, RNNPreTrainedModel, CheckedGener
             # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states
+            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
         )
 
 
@@ -235,7 +237,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         pooling = self.config.classifier_pooling
         if pooling == "last":
             directions = self.model.rnn.num_directions
-            final = outputs.past_key_values.hidden[-directions:]  # (D, B, H): the top layer, each direction
+            final = cache_of(outputs).hidden[-directions:]  # (D, B, H): the top layer, each direction
             pooled = final.transpose(0, 1).reshape(states.shape[0], -1)  # (B, D*H)
         else:
             real = torch.ones_like(states[..., :1]) if attention_mask is None else attention_mask[..., None].to(states)

@@ -40,6 +40,8 @@ from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin, as_encoder_output, 
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_field,
+    cache_of,
     check_attention_mask,
     check_input_ids,
     positions_from_attention_mask,
@@ -323,7 +325,7 @@ class TransformerDecoder(TransformerStack):
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=self.norm(hidden_states), past_key_values=past_key_values if use_cache else None
+            last_hidden_state=self.norm(hidden_states), **cache_field(past_key_values if use_cache else None)
         )
 
 
@@ -388,7 +390,7 @@ class TransformerModel(TransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **cache_field(cache_of(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -455,7 +457,7 @@ class TransformerForConditionalGeneration(
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_field(cache_of(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

@@ -22,7 +22,14 @@ from transformers.utils import can_return_tuple
 
 from .configuration_window import WindowConfig
 from .state import RecurrentState
-from .utils import CheckedGenerationMixin, CheckedPreTrainedModel, check_attention_mask, check_input_ids
+from .utils import (
+    CheckedGenerationMixin,
+    CheckedPreTrainedModel,
+    cache_field,
+    cache_of,
+    check_attention_mask,
+    check_input_ids,
+)
 
 
 @dataclass(eq=False)
@@ -136,7 +143,7 @@ class WindowModel(WindowPreTrainedModel):
         state = WindowState(sequence[:, -n_1:], seen_tokens=past_length + seq_len) if use_cache else None
         return WindowModelOutput(
             last_hidden_state=hidden_states,
-            past_key_values=state,
+            **cache_field(state),
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             window=x,
         )
@@ -204,7 +211,7 @@ class WindowForCausalLM(WindowPreTrainedModel, CheckedGenerationMixin):
             # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states
+            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
         )
 
 

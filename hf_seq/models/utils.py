@@ -10,6 +10,16 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
+def cache_field(cache) -> dict:
+    """A model output's cache (or recurrent state) field, under the installed transformers' name (see CACHE_NAME)."""
+    return {CACHE_NAME: cache}
+
+
+def cache_of(outputs):
+    """The cache (or recurrent state) a model output holds, under either name."""
+    return getattr(outputs, CACHE_NAME)
+
+
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
     """The mask is (batch, past + new tokens) with 1 on real tokens and 0 on padding, as tokenizers return it.
     A 4D mask is taken as already prepared (transformers' convention, e.g. generate with a static cache)."""
