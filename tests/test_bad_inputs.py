@@ -397,3 +397,26 @@ def test_cli_names_the_folder_or_file(run_folder, tmp_path):
         main(["generate", str(run_folder[0]), "--file", str(tmp_path / "prompts.txt")])
     with pytest.raises(FileNotFoundError, match="not-a-model holds no config.json"):
         main(["card", str(empty)])
+
+
+@pytest.mark.parametrize(
+    "model_type", ["hf_seq_gpt", "hf_seq_rnn", "hf_seq_window", "hf_seq_transformer", "hf_seq_bahdanau"]
+)
+def test_a_call_continues_from_a_cache_passed_under_its_transformers_5_24_name(model_type):
+    """transformers 5.24 renamed `past_key_values` to `cache`: a call given `cache=` continues from it (it would
+    otherwise pass unread through **kwargs, and the step would start afresh)."""
+    from hf_seq.models.utils import cache_of
+
+    auto = "AutoModelForSeq2SeqLM" if seq2seq(model_type) else "AutoModelForCausalLM"
+    model = tiny_model(model_type, auto)
+    ids = torch.tensor([[3, 4, 5, 6]])
+    source = dict(input_ids=ids) if seq2seq(model_type) else {}
+    target = "decoder_input_ids" if seq2seq(model_type) else "input_ids"
+    with torch.no_grad():
+        states = [cache_of(model(**source, **{target: ids[:, :3]}, use_cache=True)) for _ in range(2)]
+        step = {**source, target: ids[:, 3:]}
+        as_cache = model(**step, cache=states[0], use_cache=True).logits
+        as_past = model(**step, past_key_values=states[1], use_cache=True).logits
+        afresh = model(**step, use_cache=True).logits
+    torch.testing.assert_close(as_cache, as_past, rtol=0, atol=0)
+    assert not torch.allclose(as_cache, afresh)

@@ -55,6 +55,7 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_argument,
     cache_field,
     cache_of,
     check_attention_mask,
@@ -493,6 +494,7 @@ class BahdanauModel(BahdanauPreTrainedModel):
         once), replace running the encoder. `past_key_values`: the `BahdanauState` a previous call returned. The
         decoder reads left to right, so right-padded targets need no mask: `decoder_attention_mask` is accepted
         and not used."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         if past_key_values is not None and not isinstance(past_key_values, BahdanauState):
             raise TypeError(

@@ -27,6 +27,7 @@ from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_argument,
     cache_field,
     cache_of,
     check_attention_mask,
@@ -121,6 +122,7 @@ class GPTModel(GPTPreTrainedModel):
         output_attentions: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
+        past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("GPTModel: pass exactly one of input_ids or inputs_embeds.")

@@ -29,6 +29,7 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_argument,
     cache_field,
     cache_of,
     check_attention_mask,
@@ -96,6 +97,7 @@ class RNNModel(RNNPreTrainedModel):
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding, which may be on either side: the state
         skips pads. `past_key_values`: the state a previous call returned (None: zeros)."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("RNNModel: pass exactly one of input_ids or inputs_embeds.")

@@ -40,6 +40,7 @@ from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin, as_encoder_output, 
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_argument,
     cache_field,
     cache_of,
     check_attention_mask,
@@ -291,6 +292,7 @@ class TransformerDecoder(TransformerStack):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """The target states (B, T, C). `attention_mask` (B, past + T) masks target padding, `encoder_attention_mask`
         (B, S) source padding; `past_key_values` is an `EncoderDecoderCache`, filled as it goes."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         batch_size, target_length, device = self.input_shape(input_ids, inputs_embeds)
         _check_attention_weights_available(
@@ -358,6 +360,7 @@ class TransformerModel(TransformerPreTrainedModel):
         **kwargs,
     ) -> Seq2SeqModelOutput:
         """`encoder_outputs`, if given (e.g. by `generate`, which encodes once), replace running the encoder."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
         output_attentions = config.output_attentions if output_attentions is None else output_attentions

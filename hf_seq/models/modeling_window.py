@@ -25,6 +25,7 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    cache_argument,
     cache_field,
     cache_of,
     check_attention_mask,
@@ -105,6 +106,7 @@ class WindowModel(WindowPreTrainedModel):
     ) -> WindowModelOutput:
         """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (a padded position reads as no word).
         `past_key_values`: the state a previous call returned (None: the sequence starts here)."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("WindowModel: pass exactly one of input_ids or inputs_embeds.")

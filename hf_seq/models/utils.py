@@ -20,6 +20,13 @@ def cache_of(outputs):
     return getattr(outputs, CACHE_NAME)
 
 
+def cache_argument(past_key_values, kwargs: dict):
+    """The cache (or recurrent state) a call continues from: `past_key_values`, or `cache`, its name in transformers
+    >= 5.24 (popped from `kwargs`, where it would pass unread)."""
+    cache = kwargs.pop("cache", None)
+    return past_key_values if cache is None else cache
+
+
 def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, total_length: int) -> None:
     """The mask is (batch, past + new tokens) with 1 on real tokens and 0 on padding, as tokenizers return it.
     A 4D mask is taken as already prepared (transformers' convention, e.g. generate with a static cache)."""
