@@ -149,10 +149,10 @@ def one_token_step_inputs(
 
 class TransposedWeightsDecoding:
     """Mixin (first among the bases, before the PreTrainedModel) for a language model: `generate()` runs within
-    `transposed_linear_weights` on CPU. At batch 1 a step reads every weight once and the matrix-vector products are most of it (measured: the
-    GPT's batch-1 compiled step 1.42x -> 1.60x of the eager dynamic-cache one, the LSTM's eager step 1.29x, same
-    tokens). The copies are made before the first one-token step, unless every step is compiled at one row (see the
-    module docstring). `transpose_weights_for_decoding = False` (class or instance) turns it off."""
+    `transposed_linear_weights` on CPU. At batch 1 a step reads every weight once and the matrix-vector products are
+    most of it (bench/results/gpt_speed_cpu_quiet.md, rnn_decode_cpu.md: same tokens, faster steps). The copies are
+    made before the first one-token step, unless every step is compiled at one row (see the module docstring).
+    `transpose_weights_for_decoding = False` (class or instance) turns it off."""
 
     transpose_weights_for_decoding = True
 
