@@ -169,6 +169,10 @@ def cmd_generate(args) -> None:
     if not prompts:
         raise SystemExit(f"hf-seq generate: --file {args.file} holds no prompts (one prompt per line)")
     _model_folder("generate", args.folder)
+    if Path(args.folder).is_dir():
+        from hf_seq.checksums import verify_checksums
+
+        verify_checksums(args.folder)  # weights damaged since the run saved them
     if args.seed is not None:
         from transformers import set_seed
 

@@ -11,6 +11,7 @@ import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 from hf_seq import tasks
+from hf_seq.checksums import record_checksums
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
 from hf_seq.training import build_model, choose_threads, plot_loss_curve
 
@@ -101,4 +102,5 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
         from hf_seq.cards import write_card
 
         write_card(output_dir, recipe=recipe.to_dict(), metrics=summary)
+        record_checksums(output_dir)  # checked by hf-seq evaluate / generate / push
     return summary

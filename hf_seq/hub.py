@@ -175,6 +175,9 @@ def push(folder, repo_id: str, private: bool = False, token: str | None = None, 
         raise ValueError(f"push: repo_id must look like 'your-name/model-name', got {repo_id!r}.")
     if not Path(folder).is_dir():
         raise FileNotFoundError(f"push: {folder} is not a folder (give the output_dir of a run or a saved model).")
+    from hf_seq.checksums import verify_checksums
+
+    verify_checksums(folder)  # never publish weights damaged since the run saved them
     loaded = check_folder(folder)
     contents = upload_contents(folder)
     if "README.md" not in contents:

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from hf_seq import tasks
+from hf_seq.checksums import record_checksums, verify_checksums
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
 from hf_seq.registry import family as get_family
 
@@ -158,6 +159,7 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
         accelerate_logger.setLevel(level)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        record_checksums(partial)  # safetensors has no checksum: --resume checks these
         # written last: marks the checkpoint complete
         (partial / "state.json").write_text(json.dumps({**state, "scheduler": scheduler.state_dict()}))
         if final.exists():
@@ -169,8 +171,9 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
 
 
 def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler) -> dict:
-    """The newest checkpoint that loads; one that does not (a file cut short, a disk that filled) is reported and the
-    previous one is tried. Only tensors, safetensors and JSON are read: a pickle planted in the folder is refused."""
+    """The newest checkpoint that loads; one that does not (a file cut short, a disk that filled, weights that differ
+    from their recorded SHA-256) is reported and the previous one is tried. Only tensors, safetensors and JSON are
+    read: a pickle planted in the folder is refused."""
     from accelerate.utils import load
 
     found = checkpoints(output_dir)
@@ -180,6 +183,7 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler) -> di
         )
     for checkpoint in found:
         try:
+            verify_checksums(checkpoint)
             for rng in sorted(checkpoint.glob("random_states_*.pkl")):  # accelerate skips unreadable ones silently
                 load(rng, weights_only=True)
             if not list(checkpoint.glob("random_states_*.pkl")):
@@ -481,6 +485,7 @@ def save_run_files(recipe, output_dir: Path, tokenizer, config, summary: dict, s
     steps = state.get("loss_steps")
     plot_loss_curve(state["losses"], state["evaluations"], output_dir / "loss_curve.png", steps=steps)
     write_card(output_dir, recipe=recipe.to_dict(), metrics=summary)
+    record_checksums(output_dir)  # checked by hf-seq evaluate / generate / push
 
 
 def plot_loss_curve(losses: list[float], evaluations: list[dict], path: Path, steps: list[int] | None = None) -> None:
@@ -511,6 +516,7 @@ def evaluate_folder(folder, recipe=None, overrides=(), device=None) -> dict:
     from hf_seq.recipes import load_recipe
 
     folder = Path(folder)
+    verify_checksums(folder)
     if recipe is None:
         if not (folder / "recipe.json").exists():
             raise FileNotFoundError(f"{folder} has no recipe.json (not trained by hf-seq): pass --recipe")

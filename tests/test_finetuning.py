@@ -62,6 +62,9 @@ def test_sequence_classification_from_scratch_reports_accuracy_and_f1(tmp_path):
     card = (out / "README.md").read_text()
     assert "pipeline_tag: text-classification" in card and f"{summary['eval_accuracy']:.4g}" in card
     assert not (out / "training_args.bin").exists()
+    from hf_seq.checksums import verify_checksums
+
+    assert verify_checksums(out) == ["model.safetensors"]  # the weights' SHA-256, for hf-seq evaluate / push
 
 
 def test_token_classification_continues_from_a_saved_model(tmp_path):
