@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
@@ -288,6 +289,72 @@ def test_loading_refuses(saved_gpt, tmp_path, fault):
     damage, error, message = CHECKPOINT_FAULTS[fault]
     damage(folder)
     with pytest.raises(error, match=message):
+        AutoModelForCausalLM.from_pretrained(folder)
+
+
+def _error_type(action):
+    try:
+        action()
+    except Exception as error:  # noqa: BLE001
+        return type(error)
+    raise AssertionError("no error")
+
+
+def test_a_label_count_mismatch_raises_what_transformers_raises(tmp_path):
+    """Fine-tuning scripts catch transformers' error for a head of another size and retry with
+    ignore_mismatched_sizes=True: hf-seq's error (which names the tensors) must be caught by the same clause."""
+    bert = transformers.BertConfig(
+        vocab_size=V, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, num_labels=3
+    )
+    transformers.BertForSequenceClassification(bert).save_pretrained(tmp_path / "bert")
+    theirs = _error_type(
+        lambda: transformers.BertForSequenceClassification.from_pretrained(tmp_path / "bert", num_labels=42)
+    )
+    cls = get_family("hf_seq_gpt").model_class("AutoModelForSequenceClassification")
+    cls(GPTConfig(**IDS, **TINY["hf_seq_gpt"], num_labels=3)).save_pretrained(tmp_path / "gpt")
+    with pytest.raises(theirs, match=r"score\.weight \(3, 16\) in the checkpoint, \(42, 16\).*ignore_mismatched_sizes"):
+        cls.from_pretrained(tmp_path / "gpt", num_labels=42)
+    try:
+        cls.from_pretrained(tmp_path / "gpt", num_labels=42)
+    except theirs:  # the retry such a script makes
+        model = cls.from_pretrained(tmp_path / "gpt", num_labels=42, ignore_mismatched_sizes=True)
+    assert model.score.weight.shape == (42, 16)
+
+
+REPLACED_ERRORS = {  # fault -> (what torch or transformers raise without hf-seq's check, hf-seq's message)
+    "id-at-vocab-size": (IndexError, r"outside the vocabulary"),
+    "negative-id": (IndexError, r"outside the vocabulary"),
+    "float-ids": (RuntimeError, r"integer token ids"),
+}
+
+
+@pytest.mark.parametrize("fault", list(REPLACED_ERRORS))
+def test_input_errors_are_also_the_errors_they_replace(fault):
+    raw = torch.nn.Embedding(V, 4)
+    make, _ = INPUT_FAULTS[fault]
+    theirs, message = REPLACED_ERRORS[fault]
+    with pytest.raises(theirs):
+        raw(make())  # the lookup hf-seq checks before
+    for model_type in FAMILIES:
+        with pytest.raises(theirs, match=message):
+            forward(tiny_model(model_type), make())
+
+
+@pytest.mark.parametrize("model_type", ["hf_seq_gpt", "hf_seq_bert", "hf_seq_transformer"])
+def test_positions_past_the_limit_are_also_an_index_error(model_type):
+    model = tiny_model(model_type)
+    limit = model.config.max_position_embeddings
+    with pytest.raises(IndexError, match="max_position_embeddings"):
+        forward(model, torch.full((1, limit + 1), 3))
+
+
+def test_a_truncated_file_is_also_a_safetensors_error(saved_gpt, tmp_path):
+    from safetensors import SafetensorError
+
+    folder = tmp_path / "copy"
+    shutil.copytree(saved_gpt, folder)
+    _truncate(folder)
+    with pytest.raises(SafetensorError, match="model.safetensors.*truncated"):
         AutoModelForCausalLM.from_pretrained(folder)
 
 

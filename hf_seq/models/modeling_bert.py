@@ -28,6 +28,7 @@ from .configuration_bert import BERTConfig
 from .layers import FeedForward, make_norm
 from .utils import (
     CheckedPreTrainedModel,
+    IndexOutOfRangeError,
     check_attention_mask,
     check_input_ids,
     positions_from_attention_mask,
@@ -167,7 +168,7 @@ class BERTModel(BERTPreTrainedModel):
         batch_size, seq_len = inputs_embeds.shape[:2]
         check_attention_mask(attention_mask, batch_size, seq_len)
         if seq_len > config.max_position_embeddings:
-            raise ValueError(
+            raise IndexOutOfRangeError(
                 f"BERTModel: {seq_len} tokens exceed max_position_embeddings={config.max_position_embeddings}; "
                 "truncate the input (tokenizer(..., truncation=True, max_length=...))."
             )

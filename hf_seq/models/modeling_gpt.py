@@ -27,6 +27,7 @@ from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    IndexOutOfRangeError,
     cache_argument,
     cache_field,
     cache_of,
@@ -140,7 +141,7 @@ class GPTModel(GPTPreTrainedModel):
         # break it; the cache's own length bounds a compiled decode).
         too_long = self.embed_positions is not None and not torch.compiler.is_compiling()
         if too_long and int(total_length) > config.max_position_embeddings:
-            raise ValueError(
+            raise IndexOutOfRangeError(
                 f"GPTModel: {total_length} positions (cache {past_length} + input {seq_len}) exceed "
                 f"max_position_embeddings={config.max_position_embeddings} of {config.position_embedding_type} "
                 "position embeddings; truncate the input or use a model with a longer context."

@@ -40,6 +40,7 @@ from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin, as_encoder_output, 
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    IndexOutOfRangeError,
     cache_argument,
     cache_field,
     cache_of,
@@ -213,7 +214,7 @@ class TransformerStack(TransformerPreTrainedModel):
         # A static cache counts in a tensor: compare outside a compiled graph only (a data-dependent branch would
         # break it; the compiled decode is bounded by the cache's length).
         if not torch.compiler.is_compiling() and total_length > self.config.max_position_embeddings:
-            raise ValueError(
+            raise IndexOutOfRangeError(
                 f"{type(self).__name__}: {total_length} positions exceed max_position_embeddings="
                 f"{self.config.max_position_embeddings}; truncate the input or use a model with more positions."
             )

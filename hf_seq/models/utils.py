@@ -3,11 +3,30 @@
 import copy
 
 import torch
+from safetensors import SafetensorError
 from transformers import CompileConfig, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 # transformers 5.24 renamed generate()'s cache argument and the outputs' field from `past_key_values` to `cache`
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+class IndexOutOfRangeError(ValueError, IndexError):
+    """A token id outside the vocabulary or a position past the model's limit: a ValueError naming the value and the
+    range, that callers catching the IndexError of the embedding lookup it replaces also catch."""
+
+
+class TokenDtypeError(ValueError, RuntimeError):
+    """Token ids that are not integers: also the RuntimeError the embedding lookup raises for them."""
+
+
+class MismatchedSizesError(ValueError, RuntimeError):
+    """Checkpoint tensors of another shape than the model's: also the RuntimeError transformers raises there, so code
+    that catches it (and retries with `ignore_mismatched_sizes=True`) works unchanged."""
+
+
+class IncompleteSafetensorsError(OSError, SafetensorError):
+    """A truncated, empty or foreign `.safetensors` file: also the `SafetensorError` the safetensors reader raises."""
 
 
 def cache_field(cache) -> dict:
@@ -66,13 +85,13 @@ def check_input_ids(
     if input_ids is None:
         return
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids (torch.long), got dtype {input_ids.dtype}.")
+        raise TokenDtypeError(f"{name} must hold integer token ids (torch.long), got dtype {input_ids.dtype}.")
     if torch.compiler.is_compiling():  # a data-dependent branch would break a full-graph compile
         return
     outside = (input_ids < 0) | (input_ids >= vocab_size)
     if outside.any():
         row, column = (int(i) for i in outside.nonzero()[0])
-        raise ValueError(
+        raise IndexOutOfRangeError(
             f"{name} holds token id {int(input_ids[row, column])} (row {row}, position {column}), outside the "
             f"vocabulary: ids must be in [0, {vocab_size - 1}] (vocab_size={vocab_size}). Was the text tokenized "
             "with this model's tokenizer?"
@@ -204,7 +223,7 @@ class CheckedPreTrainedModel(PreTrainedModel):
             if type(error).__name__ != "SafetensorError":
                 raise
             files = sorted(str(p) for p in _unreadable_safetensors(source)) or [f"the .safetensors files of {source}"]
-            raise OSError(
+            raise IncompleteSafetensorsError(
                 f"{', '.join(files)}: not a complete safetensors file ({error}); the file is truncated, empty or "
                 "not safetensors. Save the model again, or download it again."
             ) from error
@@ -273,7 +292,7 @@ def check_loaded_weights(model, info: dict, source: str, mismatch_allowed: bool 
             f"{key} {tuple(saved)} in the checkpoint, {tuple(expected)} in the model"
             for key, saved, expected in mismatched
         ]
-        raise ValueError(
+        raise MismatchedSizesError(
             f"{source}: {len(mismatched)} tensors of the checkpoint do not have the shape config.json gives them: "
             f"{_some(shapes)}. Does config.json match the saved weights? (ignore_mismatched_sizes=True re-initialises "
             "them instead, e.g. for a classifier with another number of labels.)"
