@@ -185,11 +185,13 @@ class BERTModel(BERTPreTrainedModel):
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         all_hidden_states = [] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
+        if output_attentions:
+            kwargs["output_attentions"] = True  # a kernel that forms no weights says so, as in transformers
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
             hidden_states, weights = layer(hidden_states, attention_mask=mask, **kwargs)
-            if output_attentions:
+            if output_attentions and weights is not None:  # fused kernels (sdpa, flash) return none
                 all_attentions.append(weights)
         hidden_states = self.norm(hidden_states)
         if output_hidden_states:

@@ -50,15 +50,6 @@ from .utils import (
 )
 
 
-def _check_attention_weights_available(config, output_attentions: bool) -> None:
-    if output_attentions and config._attn_implementation != "eager":
-        raise ValueError(
-            f"output_attentions=True needs the eager attention kernel; this model uses "
-            f"{config._attn_implementation!r}. Load it with attn_implementation='eager' or call "
-            "model.set_attn_implementation('eager')."
-        )
-
-
 class TransformerLayer(GradientCheckpointingLayer):
     """What encoder and decoder layers share: the feed-forward sub-layer and the residual connection around every
     sub-layer (section 3.1): LN(x + Dropout(Sublayer(x))) post-LN, x + Dropout(Sublayer(LN(x))) pre-LN."""
@@ -252,9 +243,8 @@ class TransformerEncoder(TransformerStack):
         config = self.config
         batch_size, source_length, device = self.input_shape(input_ids, inputs_embeds)
         check_attention_mask(attention_mask, batch_size, source_length)
-        _check_attention_weights_available(
-            config, config.output_attentions if output_attentions is None else output_attentions
-        )
+        if config.output_attentions if output_attentions is None else output_attentions:
+            kwargs["output_attentions"] = True  # a kernel that forms no weights says so, as in transformers
         positions = positions_from_attention_mask(attention_mask, 0, source_length, device)
         hidden_states = self.embed(input_ids, inputs_embeds, positions, source_length)
         mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
@@ -296,9 +286,8 @@ class TransformerDecoder(TransformerStack):
         past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         batch_size, target_length, device = self.input_shape(input_ids, inputs_embeds)
-        _check_attention_weights_available(
-            config, config.output_attentions if output_attentions is None else output_attentions
-        )
+        if config.output_attentions if output_attentions is None else output_attentions:
+            kwargs["output_attentions"] = True  # a kernel that forms no weights says so, as in transformers
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
         self_cache = past_key_values
