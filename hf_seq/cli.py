@@ -25,8 +25,7 @@ DEMO_RECIPE = {
     "tokenizer": {"vocab_size": 4096},
     "data": {"dataset": "stdlib", "block_size": 128, "max_chars": 3_000_000},
     "training": {
-        "output_dir": "hf-seq-demo",
-        "max_steps": 100_000,  # the wall-clock budget (--minutes) ends the run
+        "output_dir": "hf-seq-demo",  # the budget is --minutes (training.max_seconds)
         "batch_size": 16,
         "learning_rate": 2e-3,
         "warmup_steps": 30,

@@ -5,15 +5,34 @@ as for `hf-seq train`, so `hf-seq evaluate` on the saved folder measures the sam
 
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
-from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainerCallback, TrainingArguments
 
 from hf_seq import tasks
 from hf_seq.checksums import record_checksums
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
-from hf_seq.training import build_model, choose_threads, plot_loss_curve
+from hf_seq.training import budget_note, build_model, choose_threads, plot_loss_curve
+
+
+class WallClockBudget(TrainerCallback):
+    """`training.max_seconds` for Trainer, which has no time budget of its own: stop after the step that reaches it
+    (every process stops at the same step). The schedule still ends at max_steps."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        over = torch.tensor(int(time.perf_counter() - self.start >= self.seconds), device=args.device)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(over, op=torch.distributed.ReduceOp.MAX)
+        if over.item():
+            control.should_training_stop = True
 
 
 def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict:
@@ -76,7 +95,10 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
         data_collator=task.collator(recipe, tokenizer, model),
         processing_class=tokenizer,
         compute_metrics=task.trainer_metrics(tokenizer, model),
+        callbacks=[WallClockBudget(t.max_seconds)] if t.max_seconds else None,
     )
+    if budget_note(t) and trainer.is_world_process_zero():
+        print(budget_note(t))
     trainer.train(resume_from_checkpoint=True if resume else None)
     measured = tasks.evaluate(recipe, prepared, trainer.model, trainer.args.device)
     history = trainer.state.log_history

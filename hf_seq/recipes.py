@@ -49,12 +49,17 @@ class DataRecipe:
     num_proc: int | None = None  # processes for tokenization (datasets.map)
 
 
+DEFAULT_MAX_STEPS = 400  # the budget of a recipe that gives neither training.max_steps nor training.max_seconds
+
+
 @dataclass
 class TrainingRecipe:
     output_dir: str = "runs/model"
     seed: int = 0
-    max_steps: int = 400
-    max_seconds: float | None = None  # a wall-clock budget: training stops at max_steps or here, whichever is first
+    # The budget. max_seconds alone: the wall clock, with the schedule fitted to the steps that fit in it; both: the
+    # run ends at whichever comes first (and says which at its start); neither: DEFAULT_MAX_STEPS steps.
+    max_steps: int | None = None
+    max_seconds: float | None = None
     threads: int | None = None  # torch threads; None: one per core that is not busy (measured at the start)
     compile: bool = False  # torch.compile the model for the training loop
     # Bengio et al. (2015) for models with `scheduled_sampling` (Bahdanau): {decay: linear | exponential |
@@ -75,6 +80,10 @@ class TrainingRecipe:
     log_with: str | None = "auto"  # an accelerate tracker (tensorboard, wandb, ...); auto: TensorBoard if installed
     generation_max_new_tokens: int = 64  # seq2seq evaluation (BLEU)
     generation_num_beams: int = 1
+
+    def __post_init__(self):
+        if self.max_steps is None and self.max_seconds is None:
+            self.max_steps = DEFAULT_MAX_STEPS
 
 
 @dataclass
@@ -234,7 +243,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         raise RecipeError(
             f"recipe key 'training.mixed_precision': {t.mixed_precision!r}; allowed values: {list(MIXED_PRECISION)}"
         )
-    for name in ("max_steps", "batch_size", "gradient_accumulation_steps", "eval_every", "save_every"):
+    for name in ("batch_size", "gradient_accumulation_steps", "eval_every", "save_every"):
         if getattr(t, name) <= 0:
             raise RecipeError(f"recipe key 'training.{name}' must be positive, got {getattr(t, name)}")
     d = recipe.data
@@ -251,6 +260,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         ("data.max_chars", d.max_chars),
         ("data.num_proc", d.num_proc),
         ("training.threads", t.threads),
+        ("training.max_steps", t.max_steps),
         ("training.max_seconds", t.max_seconds),
         ("training.keep_checkpoints", t.keep_checkpoints),
         ("training.generation_max_new_tokens", t.generation_max_new_tokens),
@@ -263,6 +273,11 @@ def validate(recipe: Recipe, command: str = "train") -> None:
             raise RecipeError(f"recipe key {key!r} must not be negative, got {value}")
     if not 0 <= t.adam_beta2 < 1:
         raise RecipeError(f"recipe key 'training.adam_beta2' must be in [0, 1), got {t.adam_beta2}")
+    if command == "finetune" and t.max_steps is None:
+        raise RecipeError(
+            "recipe key 'training.max_steps': hf-seq finetune needs it (transformers' Trainer plans its schedule in "
+            f"steps); training.max_seconds={t.max_seconds:g} then ends the run if it comes first"
+        )
     if t.batch_size % t.gradient_accumulation_steps:
         raise RecipeError(
             f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps "

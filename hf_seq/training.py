@@ -52,6 +52,9 @@ RESUMABLE_KEYS = {
     "data.num_proc",
     "data.eval_examples",
 }
+# The schedule's length while a wall-clock budget without max_steps is not yet planned (it is at step 10): warm-up,
+# then the peak rate.
+UNPLANNED_STEPS = 10**9
 
 
 # ---------------------------------------------------------------------------------------------- model and optimizer
@@ -310,18 +313,23 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
         decay_parameter_groups(model, t.weight_decay), lr=t.learning_rate, betas=(0.9, t.adam_beta2)
     )
     model, optimizer = accelerator.prepare(model, optimizer)
-    state = {"step": 0, "planned_steps": t.max_steps, "losses": [], "evaluations": [], "tokens": 0, "seconds": 0.0}
-    scheduler = _scheduler(t, optimizer, t.max_steps)
+    step_cap = t.max_steps or UNPLANNED_STEPS  # max_seconds alone: no step limit, the plan at step 10 sets the end
+    state = {"step": 0, "planned_steps": step_cap, "losses": [], "evaluations": [], "tokens": 0, "seconds": 0.0}
+    scheduler = _scheduler(t, optimizer, step_cap)
     if resume:
         state = load_checkpoint(accelerator, output_dir, scheduler)
         # a resumed run may be given a new max_steps: the schedule then ends there
-        planned = state["planned_steps"] if t.max_seconds else t.max_steps
-        state["planned_steps"] = min(planned, t.max_steps)
+        planned = state["planned_steps"] if t.max_seconds else step_cap
+        state["planned_steps"] = min(planned, step_cap)
         scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
+    # a wall-clock budget is fitted at steps 10 and 50; a resumed run keeps the plan it made before the interruption
+    plan = bool(t.max_seconds) and (not resume or "plan_mark" not in state)
+    if budget_note(t):
+        accelerator.print(budget_note(t) + ("; the speed at step 10 and 50 says which" if plan and t.max_steps else ""))
     if tracker:
         accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
 
-    total = None if t.max_seconds and not resume else state["planned_steps"]  # known once the budget is planned
+    total = None if plan else state["planned_steps"]  # known once the budget is planned
     disable = not (progress and accelerator.is_local_main_process)
     bar = tqdm(total=total, initial=state["step"], desc="training", disable=disable)
     start_time = time.perf_counter() - state["seconds"]
@@ -340,11 +348,14 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
             if tracker:
                 accelerator.log({"train/loss": loss, "train/lr": scheduler.get_last_lr()[0]}, step=state["step"])
             # plan at step 10, and again at 50 once the first steps' warm-up no longer weighs on the speed
-            if t.max_seconds and state["step"] in (10, 50) and state["step"] < state["planned_steps"] and not resume:
-                state["planned_steps"] = _plan_steps(t, state, accelerator)  # fit the schedule to the budget
+            if plan and state["step"] in (10, 50) and state["step"] < state["planned_steps"]:
+                fit, per_step = _plan_steps(t, state, accelerator)
+                state["planned_steps"] = min(fit, step_cap)  # fit the schedule to the budget
                 scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
                 bar.total = state["planned_steps"]
                 bar.refresh()
+                if accelerator.is_main_process:
+                    bar.write(f"step {state['step']}: {_plan_note(t, state, fit, per_step)}")
             last = state["step"] >= state["planned_steps"] or _out_of_time(t, state, accelerator)
             if state["step"] % t.eval_every == 0 or last:
                 metrics = tasks.evaluate(recipe, prepared, accelerator.unwrap_model(model), accelerator.device)
@@ -422,9 +433,41 @@ def _scheduler(t, optimizer, steps: int, state_dict: dict | None = None):
     return scheduler
 
 
-def _plan_steps(t, state: dict, accelerator) -> int:
+def budget_note(t) -> str | None:
+    """What will end a run with a wall-clock budget, said at its start."""
+    if not t.max_seconds:
+        return None
+    if t.max_steps is None:
+        return (
+            f"training.max_seconds={t.max_seconds:g} is the budget (no step limit): the schedule is fitted to the "
+            "steps that fit, at the speed measured at step 10 and 50"
+        )
+    return (
+        f"training.max_steps={t.max_steps} and training.max_seconds={t.max_seconds:g} given: the run ends at "
+        "whichever comes first"
+    )
+
+
+def _plan_note(t, state: dict, fit: int, per_step: float) -> str:
+    """Which limit ends the run, at the speed measured so far."""
+    speed = f"at {per_step:.3g} s/step"
+    if t.max_steps is None:
+        return f"{speed}, training.max_seconds={t.max_seconds:g} fits about {fit} steps: the schedule ends there"
+    if fit < t.max_steps:
+        return (
+            f"{speed}, training.max_seconds={t.max_seconds:g} ends the run, at about step {fit} (before "
+            f"training.max_steps={t.max_steps})"
+        )
+    end = state["seconds"] + (t.max_steps - state["step"]) * per_step
+    return (
+        f"{speed}, training.max_steps={t.max_steps} ends the run, after about {end:.0f} s (within "
+        f"training.max_seconds={t.max_seconds:g})"
+    )
+
+
+def _plan_steps(t, state: dict, accelerator) -> tuple[int, float]:
     """With a wall-clock budget, the number of steps that fit in it at the speed measured so far (agreed on by
-    every process), so the learning-rate schedule ends when the budget does."""
+    every process), so the learning-rate schedule ends when the budget does; and that speed in seconds per step."""
     mark_step, mark_seconds = state.get("plan_mark", (0, 0.0))  # the speed since the last plan: past the warm-up
     per_step = (state["seconds"] - mark_seconds) / (state["step"] - mark_step)
     state["plan_mark"] = (state["step"], state["seconds"])
@@ -432,7 +475,7 @@ def _plan_steps(t, state: dict, accelerator) -> int:
         state["step"] + int((t.max_seconds - state["seconds"]) / per_step), device=accelerator.device
     )
     planned = accelerator.reduce(planned, reduction="min").item() if accelerator.num_processes > 1 else planned.item()
-    return max(state["step"] + 1, min(t.max_steps, int(planned)))
+    return max(state["step"] + 1, int(planned)), per_step
 
 
 def _out_of_time(t, state: dict, accelerator) -> bool:

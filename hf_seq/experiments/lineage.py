@@ -387,7 +387,7 @@ def run(
             member_recipe |= {"family": family_name, "model": model_keys}
             member_recipe["data"]["eval_examples"] = s["curve_blocks"]
             member_recipe["training"] |= {
-                "max_steps": math.ceil(budget_tokens / tokens_per_step) if budget_tokens else 10**9,
+                "max_steps": math.ceil(budget_tokens / tokens_per_step) if budget_tokens else None,
                 "max_seconds": budget_seconds,
                 "threads": threads,
                 "batch_size": s["batch_size"],

@@ -1,0 +1,82 @@
+"""The training budget: training.max_seconds alone is the budget (no hidden step cap); with max_steps too, the run
+ends at whichever comes first and says which. A fake clock makes every step last the same time, so the tests do not
+depend on the machine's speed."""
+
+import copy
+import types
+
+import pytest
+
+from hf_seq import finetuning, training
+from hf_seq.recipes import DEFAULT_MAX_STEPS, RecipeError, load_recipe
+from tests.test_training import TINY_GPT
+
+SECONDS_PER_STEP = 10.0
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """Each reading of the clock is SECONDS_PER_STEP later than the last: the loop reads it once per step."""
+    now = [0.0]
+
+    def perf_counter():
+        now[0] += SECONDS_PER_STEP
+        return now[0]
+
+    for module in (training, finetuning):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=perf_counter, sleep=lambda s: None))
+
+
+def _recipe(tmp_path, **budget):
+    tree = copy.deepcopy(TINY_GPT)
+    del tree["training"]["max_steps"]
+    overrides = [f"training.{key}={value}" for key, value in budget.items()]
+    quiet = ["training.eval_every=10000", "training.save_every=10000", "training.threads=1", "training.log_with=none"]
+    return load_recipe(tree, [f"training.output_dir={tmp_path / 'run'}", *quiet, *overrides])
+
+
+def test_the_step_budget_is_resolved_from_what_the_recipe_gives(tmp_path):
+    assert _recipe(tmp_path).training.max_steps == DEFAULT_MAX_STEPS  # neither: 400 steps
+    assert _recipe(tmp_path, max_seconds=1500).training.max_steps is None  # the time alone is the budget
+    assert _recipe(tmp_path, max_seconds=1500, max_steps=30).training.max_steps == 30
+    with pytest.raises(RecipeError, match="'training.max_steps' must be positive"):
+        _recipe(tmp_path, max_steps=0)
+
+
+def test_max_seconds_alone_trains_past_the_default_step_cap(tmp_path, fake_clock, capsys):
+    # 4100 s at 10 s a step: the plan at step 10 fits 410 steps, more than the 400 a step cap would allow
+    summary = training.run(_recipe(tmp_path, max_seconds=4100), progress=False)
+    assert summary["steps"] == 410
+    printed = capsys.readouterr().out
+    assert "training.max_seconds=4100 is the budget (no step limit)" in printed
+    assert "step 10: at 10 s/step, training.max_seconds=4100 fits about 410 steps" in printed
+
+
+@pytest.mark.parametrize(
+    "max_steps, steps, says",
+    [
+        (30, 20, "training.max_seconds=200 ends the run, at about step 20 (before training.max_steps=30)"),
+        (15, 15, "training.max_steps=15 ends the run, after about 150 s (within training.max_seconds=200)"),
+    ],
+)
+def test_both_limits_the_run_says_which_one_ends_it(tmp_path, fake_clock, capsys, max_steps, steps, says):
+    summary = training.run(_recipe(tmp_path, max_seconds=200, max_steps=max_steps), progress=False)
+    assert summary["steps"] == steps
+    printed = capsys.readouterr().out
+    assert f"training.max_steps={max_steps} and training.max_seconds=200 given: the run ends at whichever" in printed
+    assert f"step 10: at 10 s/step, {says}" in printed
+
+
+def test_finetune_stops_at_max_seconds_and_needs_max_steps(tmp_path, fake_clock):
+    tree = {
+        "family": "gpt",
+        "task": "sequence_classification",
+        "model": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 32},
+        "tokenizer": {"vocab_size": 300, "min_frequency": 1},
+        "data": {"dataset": "parentheses", "block_size": 32, "max_examples": 200, "eval_examples": 20},
+        "training": {"batch_size": 8, "eval_every": 100, "save_every": 100, "output_dir": str(tmp_path / "ft")},
+    }
+    with pytest.raises(RecipeError, match="'training.max_steps': hf-seq finetune needs it"):
+        load_recipe(tree, ["training.max_seconds=50"], command="finetune")
+    recipe = load_recipe(tree, ["training.max_seconds=50", "training.max_steps=12"], command="finetune")
+    assert finetuning.finetune(recipe)["steps"] == 5  # the clock passes 50 s at the end of step 5
