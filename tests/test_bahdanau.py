@@ -9,6 +9,7 @@ import transformers
 
 from hf_seq import BahdanauConfig, BahdanauForConditionalGeneration, BahdanauModel, BahdanauState
 from hf_seq.data import sequence_reversal
+from hf_seq.models.utils import cache_of
 from tests.tester import FIRST_WORD, PAD, ModelTesterMixin
 
 NO_DROPOUT = dict(embedding_dropout=0.0, hidden_dropout=0.0, output_dropout=0.0)
@@ -675,3 +676,40 @@ def test_alignment_heatmap_is_written(tmp_path):
     figure = plot_alignment(alignments[1, :, :4], source, target, tmp_path / "alignment.png")
     assert (tmp_path / "alignment.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     torch.testing.assert_close(torch.as_tensor(figure.axes[0].images[0].get_array()), alignments[1, :, :4])
+
+
+@pytest.mark.parametrize("attention_type", ["additive", "none"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_returned_decoder_states_receive_the_gradient_and_change_nothing(attention_type, side):
+    """A 2-layer decoder read step by step: asking for its hidden states and alignments leaves the logits and every
+    parameter's gradient as they are, and each returned tensor (the middle layer's states included) is one the loss
+    was computed from, so its gradient is there for attribution and probing."""
+    kwargs = dict(source_batch(side=side), decoder_input_ids=torch.randint(FIRST_WORD, 99, (2, 5)))
+    kwargs["labels"] = kwargs["decoder_input_ids"]
+    runs = []
+    for requested in (False, True):
+        model = tiny_model(num_hidden_layers=2, attention_type=attention_type, scheduled_sampling=0.0)
+        out = model(**kwargs, output_hidden_states=requested, output_attentions=requested)
+        returned = [*out.decoder_hidden_states, *out.encoder_hidden_states] if requested else []
+        if requested and attention_type != "none":
+            returned += [out.alignments, out.cross_attentions[0]]
+        for tensor in returned:
+            tensor.retain_grad()
+        out.loss.backward()
+        runs.append((out.logits, {n: p.grad for n, p in model.named_parameters()}))
+        assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in returned)
+    torch.testing.assert_close(runs[1][0], runs[0][0], rtol=1e-5, atol=1e-6)
+    for name, grad in runs[0][1].items():
+        torch.testing.assert_close(runs[1][1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_replayed_decoder_uses_the_loops_dropout_masks():
+    """In training, the replay that returns the hidden states draws no dropout masks of its own: the top layer's
+    last returned state is the state the step loop carried on with."""
+    model = tiny_model(num_hidden_layers=3, hidden_dropout=0.5).train()
+    kwargs = dict(source_batch(), decoder_input_ids=torch.randint(FIRST_WORD, 99, (2, 5)))
+    torch.manual_seed(1)
+    out = model(**kwargs, output_hidden_states=True, use_cache=True)
+    state = cache_of(out)
+    torch.testing.assert_close(out.decoder_hidden_states[-1][:, -1], state.hidden[-1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.decoder_hidden_states[2][:, -1], state.hidden[1], rtol=1e-5, atol=1e-6)

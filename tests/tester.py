@@ -533,6 +533,55 @@ class ModelTesterMixin:
             for name in grads[0]:
                 torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-6, msg=name)
 
+    # ---------------------------------------------------------------- returned states and attentions
+    def test_returned_states_are_the_tensors_the_output_used(self):
+        """Every hidden state, attention map and alignment a model returns is a tensor its output was computed
+        from, so gradient attribution and probing read it (transformers' test_retain_grad_hidden_states_attentions,
+        extended to every returned tensor): a copy made on the side receives no gradient."""
+        for cls in self.model_classes:
+            model = self.make_model(cls, attn_implementation="eager")
+            inputs = self.make_inputs(cls)
+            out = model(**inputs, output_hidden_states=True, output_attentions=True)
+            returned = {}
+            for name, value in out.items():
+                if name.endswith(("hidden_states", "attentions")) and isinstance(value, tuple):
+                    returned |= {f"{name}[{i}]": tensor for i, tensor in enumerate(value)}
+                elif name == "alignments" and value is not None:
+                    returned[name] = value
+            assert any("hidden_states" in name for name in returned), cls.__name__
+            for tensor in returned.values():
+                tensor.retain_grad()
+            main_output(out).sum().backward()
+            unused = [name for name, tensor in returned.items() if tensor.grad is None]
+            assert not unused, f"{cls.__name__}: the output was not computed from {unused}"
+
+    def test_output_attentions_under_sdpa_as_transformers_does(self):
+        """Asked for attention maps while running a fused kernel that does not form them, every family answers as
+        transformers' own models do in the installed version (measured here on BERT): today an empty tuple."""
+        if not getattr(self.model_classes[0], "_supports_sdpa", False):
+            pytest.skip("no attention kernels")
+        reference = transformers.BertModel(
+            transformers.BertConfig(
+                vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+            ),
+        ).eval()
+        reference.set_attn_implementation("sdpa")
+        expected = reference(torch.ones(1, 3, dtype=torch.long), output_attentions=True).attentions
+        for cls in self.model_classes:
+            model = self.make_model(cls)
+            model.set_attn_implementation("sdpa")
+            with torch.no_grad():
+                out = model(**self.make_inputs(cls), output_attentions=True)
+            fields = {name: value for name, value in out.items() if name.endswith("attentions")}
+            assert fields, f"{cls.__name__} returned no attentions"
+            for name, value in fields.items():
+                assert type(value) is type(expected) and len(value) == len(expected), (cls.__name__, name, value)
+            model.set_attn_implementation("eager")
+            with torch.no_grad():
+                out = model(**self.make_inputs(cls), output_attentions=True)
+            for name in fields:
+                assert len(out[name]) > 0 and all(torch.is_tensor(a) for a in out[name]), (cls.__name__, name)
+
     # ---------------------------------------------------------------- bad input
     def test_wrong_mask_shape_is_refused(self):
         for cls in self.model_classes:

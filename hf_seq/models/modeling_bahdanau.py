@@ -123,17 +123,6 @@ def _first_and_last_real(attention_mask: torch.Tensor | None, batch_size: int, l
     return attention_mask.long().argmax(-1), last
 
 
-def reverse_real_tokens(x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """(B, S, ...) with each row's span of real tokens reversed in place, padding (on either side) left where it is.
-    Its own inverse."""
-    batch_size, length = x.shape[:2]
-    first, last = _first_and_last_real(attention_mask, batch_size, length, x.device)
-    positions = torch.arange(length, device=x.device)[None]
-    first, last = first[:, None], last[:, None]
-    index = torch.where((positions >= first) & (positions <= last), first + last - positions, positions)  # (B, S)
-    return x.gather(1, index.view(batch_size, length, *[1] * (x.dim() - 2)).expand_as(x))
-
-
 class BahdanauAttention(nn.Module):
     """The score e_ij of decoder state s_{i-1} (the query) and annotation h_j, its softmax over the real source
     positions, and the context c_i = sum_j alpha_ij h_j. Scores (no biases, as in the paper's equations):
@@ -214,17 +203,16 @@ class BahdanauEncoder(nn.Module):
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         x = self.embedding_dropout(inputs_embeds)  # (B, S, m)
-        # Sutskever et al.: read x_S .. x_1; the outputs are put back in source order below.
-        in_source_order = (lambda y: reverse_real_tokens(y, attention_mask)) if self.config.reverse_source else None
-        read = in_source_order(x) if in_source_order else x
-        out = self.rnn(read, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
-        annotations, layers = out.output, out.layer_outputs  # (B, S, A)
-        if in_source_order:
-            annotations = in_source_order(annotations)
-            layers = tuple(in_source_order(y) for y in layers) if layers is not None else None
+        # Sutskever et al.: read x_S .. x_1 (`reverse_source`); the annotations stay in source order
+        out = self.rnn(
+            x,
+            attention_mask=attention_mask,
+            output_hidden_states=output_hidden_states,
+            reverse=self.config.reverse_source,
+        )
         return BahdanauEncoderOutput(
-            last_hidden_state=annotations,
-            hidden_states=(x, *layers) if output_hidden_states else None,
+            last_hidden_state=out.output,  # (B, S, A)
+            hidden_states=(x, *out.layer_outputs) if output_hidden_states else None,
             final_hidden_state=out.hidden.transpose(0, 1),  # (B, L * D, n)
             final_cell_state=out.cell.transpose(0, 1) if out.cell is not None else None,
         )
@@ -341,8 +329,8 @@ class BahdanauDecoder(nn.Module):
         """input_ids (B, T): y_{i-1} for the T steps; encoder_outputs: the annotations (B, S, A) and final states;
         source_mask (B, S), 1 on real tokens; state: what the previous call returned (None: start from the bridge).
         `sampling_head` (W_o, given by the LM head) enables scheduled sampling in training. Returns the output
-        features (B, T, l or d), the new state, alignments (B, T, S) or None and the hidden states (the embeddings
-        and each layer's s_i) or None."""
+        features (B, T, l or d), the new state, (alignments (B, T, S), the same as maps (B, 1, T, S)) or None, and
+        the hidden states (the embeddings and each layer's s_i) or None."""
         if state is None:
             state = self.initial_state(encoder_outputs, source_mask)
         check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings, "decoder_input_ids")
@@ -380,12 +368,22 @@ class BahdanauDecoder(nn.Module):
         self, embedded, annotations, source_mask, state, output_attentions, output_hidden_states, sampling_head
     ):
         """One recurrent step per token: c_i reads s_{i-1}. The output features are computed once after the loop,
-        from the stacked s_i, E y_{i-1} and c_i, so the returned embeddings and top-layer states are the tensors the
-        output reads (a lower layer's states are copies: the recurrence consumed them step by step)."""
+        from the stacked s_i, E y_{i-1} and c_i.
+
+        Asked for hidden states or alignments, the stack runs once more over the whole target, its inputs
+        [E y_{i-1}; c_i] known by then, with c_i = sum_j alpha_ij h_j formed from the returned alignments and the
+        same dropout masks: the same values, so the same outputs and gradients, but now every returned tensor
+        (each layer's s_i, the alignments) is one the output features are computed from. (A step loop consumes each
+        s_i as it goes, so stacking them afterwards would give copies that no gradient reaches.)"""
         mask = source_mask.bool() if source_mask is not None else None
         hidden, cell = state.hidden, state.cell
-        inputs, tops, contexts, weights, layer_states = [], [], [], [], []
-        for i in range(embedded.shape[1]):
+        steps, replay = embedded.shape[1], output_attentions or output_hidden_states
+        dropout_masks = None
+        if replay and self.training and self.rnn.num_layers > 1:  # keep-masks drawn once, for the loop and the replay
+            shape = (embedded.shape[0], steps, self.rnn.output_size)
+            dropout_masks = [self.rnn.dropout(embedded.new_ones(shape)) for _ in range(self.rnn.num_layers - 1)]
+        inputs, tops, contexts, weights = [], [], [], []
+        for i in range(steps):
             y_prev = embedded[:, i]  # E y_{i-1} (B, m)
             if sampling_head is not None and i > 0:
                 # Bengio et al. 2015: with probability p, read a token sampled from the model's own previous
@@ -401,24 +399,28 @@ class BahdanauDecoder(nn.Module):
                 context, alpha = self.attention(hidden[-1], state.keys, annotations, mask)  # reads s_{i-1}
                 weights.append(alpha)
             x = torch.cat([y_prev, context], -1) if self.reads_context else y_prev
-            step = self.rnn(x[:, None], (hidden, cell), None, output_hidden_states)
+            step_masks = [m[:, i : i + 1] for m in dropout_masks] if dropout_masks is not None else None
+            step = self.rnn(x[:, None], (hidden, cell), None, dropout_masks=step_masks)
             hidden, cell = step.hidden, step.cell  # s_i of every layer
             inputs.append(y_prev)
             tops.append(step.output[:, 0])
             contexts.append(context)
-            if output_hidden_states:
-                layer_states.append(step.layer_outputs[:-1])
 
         read = embedded if sampling_head is None else torch.stack(inputs, 1)  # (B, T, m)
-        top = torch.stack(tops, 1)  # (B, T, d)
-        features = self.output_features(top, read, torch.stack(contexts, 1))
-        new_state = BahdanauState(hidden, cell, state.seen_tokens + embedded.shape[1], state.keys, state.context)
-        alignments = torch.stack(weights, 1) if output_attentions and weights else None  # (B, T, S)
-        hidden_states = None
-        if output_hidden_states:
-            lower = [torch.cat(steps, 1) for steps in zip(*layer_states)]  # each (B, T, d)
-            hidden_states = (read, *lower, top)
-        return features, new_state, alignments, hidden_states
+        top, contexts = torch.stack(tops, 1), torch.stack(contexts, 1)  # (B, T, d), (B, T, A)
+        new_state = BahdanauState(hidden, cell, state.seen_tokens + steps, state.keys, state.context)
+        attention = hidden_states = None
+        if replay:
+            if weights:
+                maps = torch.stack(weights, 1)[:, None]  # (B, 1, T, S): transformers' cross-attention layout
+                alignments = maps[:, 0]
+                contexts = torch.bmm(alignments, annotations)
+                attention = (alignments, maps) if output_attentions else None
+            stack_inputs = torch.cat([read, contexts], -1) if self.reads_context else read
+            out = self.rnn(stack_inputs, (state.hidden, state.cell), None, True, dropout_masks=dropout_masks)
+            top, hidden_states = out.output, (read, *out.layer_outputs)
+        features = self.output_features(top, read, contexts)
+        return features, new_state, attention, hidden_states if output_hidden_states else None
 
 
 class BahdanauPreTrainedModel(Seq2SeqPreTrainedMixin, CheckedPreTrainedModel):
@@ -517,7 +519,7 @@ class BahdanauModel(BahdanauPreTrainedModel):
         check_attention_mask(attention_mask, *annotations.shape[:2])
         if (decoder_input_ids is None) == (decoder_inputs_embeds is None):
             raise ValueError("BahdanauModel: pass exactly one of decoder_input_ids or decoder_inputs_embeds.")
-        features, state, alignments, decoder_hidden_states = self.decoder(
+        features, state, attention, decoder_hidden_states = self.decoder(
             decoder_input_ids,
             encoder_outputs,
             attention_mask,
@@ -531,10 +533,10 @@ class BahdanauModel(BahdanauPreTrainedModel):
             last_hidden_state=features,
             **cache_field(state if use_cache else None),
             decoder_hidden_states=decoder_hidden_states,
-            cross_attentions=(alignments[:, None],) if alignments is not None else None,
+            cross_attentions=(attention[1],) if attention is not None else None,
             encoder_last_hidden_state=annotations,
             encoder_hidden_states=encoder_outputs.hidden_states,
-            alignments=alignments,
+            alignments=attention[0] if attention is not None else None,
         )
 
 

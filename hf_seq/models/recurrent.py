@@ -283,51 +283,80 @@ class RecurrentStack(nn.Module):
         state: tuple[torch.Tensor, torch.Tensor | None] | None = None,
         attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        reverse: bool = False,
+        dropout_masks: list[torch.Tensor] | None = None,
     ) -> RecurrentStackOutput:
+        """`reverse=True` reads each row's real steps last to first (Sutskever et al.'s reversed source); the outputs
+        stay in input order either way. `dropout_masks`: the scaled keep-masks (B, T, D*H) between layers, in place
+        of fresh ones (a caller running the same steps twice draws them once).
+
+        With `output_hidden_states`, every returned layer output is the tensor the rest of the computation reads:
+        the next layer gathers its input from it, and the final states are read from it."""
         batch_size, steps = inputs.shape[:2]
         if state is None:
             state = self.initial_state(batch_size, inputs.device, inputs.dtype)
         hidden, cell = state
         if self.cell_type == "lstm" and cell is None:  # e.g. a decoder started from an encoder's hidden state only
             cell = torch.zeros_like(hidden)
+        padded = attention_mask is not None and not bool(attention_mask.all())
         lengths = order = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            real = attention_mask.bool()
-            order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices  # (B, T): real steps first
-            inputs = inputs.gather(1, order[..., None].expand_as(inputs))
-            lengths = real.sum(1)
+        if padded or reverse:
+            real = attention_mask.bool() if padded else torch.ones(batch_size, steps, dtype=torch.bool)
+            real = real.to(inputs.device)
+            position = torch.arange(steps, device=inputs.device)
+            # the reading order: real steps first (last to first when reversed), then the padding
+            key = torch.where(real, steps - 1 - position if reverse else position, steps + position)
+            order = key.argsort(1)  # (B, T): the input position read at each step
+            lengths = real.sum(1) if padded else None
+
+        def read(y):  # input order -> reading order
+            return y if order is None else y.gather(1, order[..., None].expand(-1, -1, y.shape[-1]))
+
+        def restore(y):  # reading order -> input order, zero on padding
+            if order is None:
+                return y
+            if lengths is not None:
+                y = y * (position < lengths[:, None])[..., None]
+            return torch.zeros_like(y).scatter(1, order[..., None].expand_as(y), y)
 
         # A row with no real step (a chunk of pads) runs one dummy step; its state is restored below.
         run_lengths = None if lengths is None else lengths.clamp(min=1)
         x, hiddens, cells, layer_outputs = inputs, [], [], []
         span = self.num_directions
         for i, layer in enumerate(self.layers):
+            x = read(x)
             if i > 0:
-                x = self.dropout(x)
+                x = x * dropout_masks[i - 1] if dropout_masks is not None else self.dropout(x)
             layer_cell = None if cell is None else cell[i * span : (i + 1) * span]
             x, h, c = layer(x, hidden[i * span : (i + 1) * span], layer_cell, run_lengths)
+            x = restore(x)
+            if output_hidden_states:
+                h = self._final_states(x, order, lengths, h)
+                layer_outputs.append(x)
             hiddens.append(h)
             cells.append(c)
-            if output_hidden_states:
-                layer_outputs.append(x)
         new_hidden = torch.cat(hiddens)
         new_cell = torch.cat(cells) if self.cell_type == "lstm" else None
-
         if lengths is not None:
             empty = (lengths == 0).to(new_hidden.device)[None, :, None]
             new_hidden = torch.where(empty, hidden, new_hidden)
             if new_cell is not None:
                 new_cell = torch.where(empty, cell, new_cell)
-            real_steps = (torch.arange(steps, device=x.device) < lengths.to(x.device)[:, None])[..., None]
-            index = order[..., None]
-
-            def restore(y):  # zero the pads, then put every step back where it came from
-                y = y * real_steps
-                return torch.zeros_like(y).scatter(1, index.expand_as(y), y)
-
-            layer_outputs = [restore(y) for y in layer_outputs]
-            x = restore(x)
         return RecurrentStackOutput(x, new_hidden, new_cell, tuple(layer_outputs) if output_hidden_states else None)
+
+    def _final_states(self, outputs, order, lengths, hidden) -> torch.Tensor:
+        """Each direction's state after its last real step (D, B, H), read from the layer's outputs (B, T, D*H) in
+        input order: forwards at the last step read, backwards at the first. Equal to the layer's own final state."""
+        batch_size, steps = outputs.shape[:2]
+        rows = torch.arange(batch_size, device=outputs.device)
+        last = (lengths.clamp(min=1) - 1) if lengths is not None else torch.full_like(rows, steps - 1)
+        first = torch.zeros_like(rows)
+        if order is not None:
+            last, first = order[rows, last], order[rows, first]
+        finals = outputs[rows, last, : self.hidden_size][None]
+        if self.num_directions == 2:
+            finals = torch.cat([finals, outputs[rows, first, self.hidden_size :][None]])
+        return finals.to(hidden.dtype)
 
 
 __all__ = [
