@@ -176,6 +176,26 @@ def test_generate_reads_transposed_weights_with_the_same_tokens_and_leaves_the_m
     assert model.lm_head.weight is model.model.embed_tokens.weight
 
 
+def test_a_decode_of_more_rows_than_the_copies_serve_makes_none():
+    """A step of more than max_rows rows (a batch times its beams) reads W as it is, so generate() makes no W^T
+    copies for it (they cost a few milliseconds per call and nothing would read them); the tokens are the same."""
+    from hf_seq.models.decoding import _FewRowsLinear
+
+    torch.manual_seed(0)
+    model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()
+    rows = _FewRowsLinear.max_rows + 1
+    for batch, beams in ((rows, 1), (-(-rows // 4), 4)):
+        ids = torch.randint(3, 99, (batch, 6))
+        outputs = []
+        for transposed in (True, False):
+            model.transpose_weights_for_decoding = transposed
+            spy = CopiesSeen(model)
+            kwargs = dict(num_beams=beams, do_sample=False, logits_processor=[spy])
+            outputs.append(model.generate(ids, max_new_tokens=4, pad_token_id=0, eos_token_id=None, **kwargs))
+            assert spy.seen == [False] * 4, (batch, beams)
+        assert torch.equal(outputs[0], outputs[1])
+
+
 def test_decoding_transposes_only_the_weights_read_faster_transposed():
     """Within transposed_linear_weights, once the copies are made, layers with out >= in features compute one row from
     a contiguous W^T (the MLP's down projection, 4C -> C, keeps W: read transposed it is slower); every layer gives

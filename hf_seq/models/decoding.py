@@ -149,10 +149,11 @@ def one_token_step_inputs(
 
 class TransposedWeightsDecoding:
     """Mixin (first among the bases, before the PreTrainedModel) for a language model: `generate()` runs within
-    `transposed_linear_weights` on CPU. At batch 1 a step reads every weight once and the matrix-vector products are
-    most of it (bench/results/gpt_speed_cpu_quiet.md, rnn_decode_cpu.md: same tokens, faster steps). The copies are
-    made before the first one-token step, unless every step is compiled at one row (see the module docstring).
-    `transpose_weights_for_decoding = False` (class or instance) turns it off."""
+        `transposed_linear_weights` on CPU. At batch 1 a step reads every weight once and the matrix-vector products are
+        most of it (bench/results/gpt_speed_cpu_quiet.md, rnn_decode_cpu.md: same tokens, faster steps). The copies are
+        made before the first one-token step, unless no step will read them: steps of more than `max_rows` rows (a batch
+    times its beams) and steps compiled at one row (see the module docstring).
+        `transpose_weights_for_decoding = False` (class or instance) turns it off."""
 
     transpose_weights_for_decoding = True
 
@@ -169,8 +170,10 @@ class TransposedWeightsDecoding:
     ):
         past_key_values = cache if cache is not None else past_key_values  # its name from transformers 5.24 on
         plan = getattr(self, "_decode_plan", None)
-        if plan is not None and not is_first_iteration and not (plan["compiled"] and input_ids.shape[0] == 1):
-            plan["transpose"]()
+        rows = input_ids.shape[0]  # one row per sequence and beam: a step of more rows reads W as it is
+        if plan is not None and not is_first_iteration and rows <= _FewRowsLinear.max_rows:
+            if not (plan["compiled"] and rows == 1):
+                plan["transpose"]()
         inputs = one_token_step_inputs(
             self, input_ids, next_sequence_length, past_key_values, attention_mask, inputs_embeds, kwargs
         )
