@@ -13,6 +13,7 @@ noise.
 
     python bench/bench_transformer.py            # CPU, fp32, sdpa; writes bench/results/transformer_cpu.md
     python bench/bench_transformer.py --quick    # a tiny configuration, a few seconds, nothing written
+    python bench/bench_transformer.py --beam-only --sizes small --rounds 9   # beam search alone
 
 With `--length-table`, also the Transformer's row of the reversal table of bench_bahdanau.py (exact match of greedy
 decoding against source length 10 to 60, `hf_seq.data.sequence_reversal`), trained by that script's code on the
@@ -23,6 +24,7 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +124,7 @@ class BeamRun:
         return time.perf_counter() - start, out
 
 
-def bench_size(size: Size, rounds: int, attn: str) -> dict:
+def bench_size(size: Size, rounds: int, attn: str, train: bool = True) -> dict:
     models = build_models(size, attn)
     training = {name: TrainingRun(model, size) for name, model in models.items()}
     beams = {name: BeamRun(model, size) for name, model in models.items()}
@@ -130,19 +132,19 @@ def bench_size(size: Size, rounds: int, attn: str) -> dict:
     # weights apart by float rounding.
     same_beams = torch.equal(beams["ours"].run()[1], beams["marian"].run()[1])
     for name in MODELS:
-        training[name].run(1)
+        training[name].run(1 if train else 0)
     tokens_per_s = {name: [] for name in MODELS}
     sentences_per_s = {name: [] for name in MODELS}
     for r in range(rounds):
         order = MODELS if r % 2 == 0 else MODELS[::-1]
-        for name in order:
+        for name in order if train else ():
             tokens_per_s[name].append(size.train_steps * training[name].tokens / training[name].run(size.train_steps))
         for name in order:
             sentences_per_s[name].append(size.beam_batch / beams[name].run()[0])
     return {
         "size": size,
         "parameters": sum(p.numel() for p in models["ours"].parameters()),
-        "train": summarize(tokens_per_s),
+        "train": summarize(tokens_per_s) if train else None,
         "beam": summarize(sentences_per_s),
         "same_beams": same_beams,
     }
@@ -181,32 +183,42 @@ def machine() -> str:
     )
 
 
-def report(results: list[dict], attn: str, table: dict | None = None) -> str:
+def report(
+    results: list[dict], attn: str, table: dict | None = None, command: str = "bench/bench_transformer.py"
+) -> str:
+    train = results[0]["train"] is not None
     lines = [
         "# TransformerForConditionalGeneration vs MarianMTModel (CPU)",
         "",
         f"Machine: {machine()}; attention `{attn}`; `torch.set_flush_denormal(True)`.",
-        "Command: `python bench/bench_transformer.py`. Same weights in both (ours converted with",
+        f"Command: `python {command}`. Same weights in both (ours converted with",
         "`hf_seq.convert.to_transformers`), the two models alternating within each round; medians over rounds,",
         "ratio = median of per-round ours / Marian (range in brackets). A ratio within about 0.08 of 1 is noise here.",
         "",
-        "| size | params | train tok/s ours | train tok/s Marian | ratio | beam sent/s ours | beam sent/s Marian "
-        "| ratio | same beams |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| size | params | "
+        + ("train tok/s ours | train tok/s Marian | ratio | " if train else "")
+        + "beam sent/s ours | beam sent/s Marian | ratio | same beams |",
+        "|---|---|" + ("---|---|---|" if train else "") + "---|---|---|---|",
     ]
     for r in results:
         s, t, b = r["size"], r["train"], r["beam"]
         shape = f"{s.name}: d {s.hidden_size}, {s.layers}+{s.layers} layers, batch {s.batch_size}x{s.source_len}+{s.target_len}"
-        lines.append(
-            f"| {shape} | {r['parameters'] / 1e6:.1f}M | {t['ours']:.0f} | {t['marian']:.0f} | {t['ratio']:.2f} "
-            f"[{t['ratio_range'][0]:.2f}-{t['ratio_range'][1]:.2f}] | {b['ours']:.2f} | {b['marian']:.2f} | "
-            f"{b['ratio']:.2f} [{b['ratio_range'][0]:.2f}-{b['ratio_range'][1]:.2f}] | "
+        columns = f"| {shape} | {r['parameters'] / 1e6:.1f}M | "
+        if train:
+            columns += (
+                f"{t['ours']:.0f} | {t['marian']:.0f} | {t['ratio']:.2f} "
+                f"[{t['ratio_range'][0]:.2f}-{t['ratio_range'][1]:.2f}] | "
+            )
+        columns += (
+            f"{b['ours']:.2f} | {b['marian']:.2f} | {b['ratio']:.2f} [{b['ratio_range'][0]:.2f}-{b['ratio_range'][1]:.2f}] | "
             f"{'yes' if r['same_beams'] else 'NO'} |"
         )
+        lines.append(columns)
     lines += [
         "",
         f"Beam search: {results[0]['size'].beam_batch} source sentences per call, 4 beams, length penalty 0.6, "
-        "a fixed number of new tokens (EOS disabled). Training: AdamW, source + target tokens counted.",
+        "a fixed number of new tokens (EOS disabled)."
+        + (" Training: AdamW, source + target tokens counted." if train else ""),
     ]
     if table:
         lengths = sorted(table["scores"])
@@ -314,6 +326,7 @@ def main() -> None:
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     parser.add_argument("--length-table", action="store_true", help="also the reversal table (bench_bahdanau.py's)")
     parser.add_argument("--decode", action="store_true", help="ours alone: greedy decode, eager vs compiled")
+    parser.add_argument("--beam-only", action="store_true", help="beam search only (no training rounds)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--output", default=None, help="default: bench/results/transformer[_decode]_cpu.md")
     args = parser.parse_args()
@@ -349,12 +362,17 @@ def main() -> None:
     rounds = 2 if args.quick else args.rounds
     results = []
     for size in sizes:
-        result = bench_size(size, rounds, args.attn)
+        result = bench_size(size, rounds, args.attn, train=not args.beam_only)
         results.append(result)
         t, b = result["train"], result["beam"]
+        training = (
+            f"train tokens/s ours {t['ours']:.0f}  marian {t['marian']:.0f}  ratio {t['ratio']:.2f} "
+            f"[{t['ratio_range'][0]:.2f}-{t['ratio_range'][1]:.2f}] | "
+            if t
+            else ""
+        )
         print(
-            f"{size.name}: train tokens/s ours {t['ours']:.0f}  marian {t['marian']:.0f}  ratio {t['ratio']:.2f} "
-            f"[{t['ratio_range'][0]:.2f}-{t['ratio_range'][1]:.2f}] | beam sentences/s ours {b['ours']:.2f}  "
+            f"{size.name}: {training}beam sentences/s ours {b['ours']:.2f}  "
             f"marian {b['marian']:.2f}  ratio {b['ratio']:.2f} [{b['ratio_range'][0]:.2f}-{b['ratio_range'][1]:.2f}] "
             f"| same beams: {result['same_beams']}",
             flush=True,
@@ -365,8 +383,10 @@ def main() -> None:
         for length, (exact, tokens) in table["scores"].items():
             print(f"reversal, source length {length}: exact match {exact:.2f}, token accuracy {tokens:.2f}")
     if not args.quick:
-        output = Path(args.output or results_dir / "transformer_cpu.md")
-        output.write_text(report(results, args.attn, table))
+        name = "transformer_beam_cpu.md" if args.beam_only else "transformer_cpu.md"
+        output = Path(args.output or results_dir / name)
+        command = " ".join(["bench/bench_transformer.py", *sys.argv[1:]])
+        output.write_text(report(results, args.attn, table, command))
         print(f"wrote {output}")
 
 
