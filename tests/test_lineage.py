@@ -2,6 +2,7 @@
 the files the issue names are written."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,3 +51,33 @@ def test_bad_arguments_are_refused(tmp_path):
         lineage.run(quick=True, output_dir=tmp_path, budget_tokens=100, budget_seconds=1.0)
     with pytest.raises(ValueError, match="unknown member 'rnn'"):
         lineage.run(quick=True, output_dir=tmp_path, members=("rnn",))
+
+
+def test_reports_and_cards_name_a_local_corpus_by_its_file_name(tmp_path, monkeypatch):
+    """lineage.md, lineage.json, the plot's title and the members' cards are meant to be shared: a local corpus
+    appears in them as its file name, never as this machine's path (as `hf-seq push` publishes a recipe)."""
+    from hf_seq.cli import main
+    from hf_seq.data import stdlib_texts
+
+    corpus = tmp_path / "home-of-someone-7f3a" / "data" / "corpus-7f3a.txt"
+    corpus.parent.mkdir(parents=True)
+    corpus.write_text("\n\n".join(stdlib_texts(max_chars=150_000)))
+    titles = []
+    plot_curves = lineage.plot_curves
+    monkeypatch.setattr(
+        lineage, "plot_curves", lambda records, path, title: titles.append(title) or plot_curves(records, path, title)
+    )
+    out = tmp_path / "out"
+    main(["lineage", "--quick", "--members", "ngram,gpt", "--corpus", str(corpus), "--output-dir", str(out)])
+    # the runs' own recipe.json is the local record that `hf-seq evaluate` and `--resume` read the data from
+    # (`hf-seq push` publishes it with names); every other text file is checked
+    written = [p for p in out.rglob("*") if p.suffix in (".md", ".json") and p.name != "recipe.json"]
+    assert {"lineage.md", "lineage.json", "README.md"} <= {p.name for p in written}
+    for path in [*written, *titles]:
+        text = path.read_text() if isinstance(path, Path) else path
+        for leak in (str(corpus), str(corpus.parent), str(corpus.parent.parent), "home-of-someone-7f3a"):
+            assert leak not in text, (path, leak)
+    for path in (out / "lineage.md", out / "ngram" / "README.md", out / "gpt" / "README.md"):
+        assert "corpus-7f3a.txt" in path.read_text(), path
+    assert json.loads((out / "lineage.json").read_text())["corpus"] == "corpus-7f3a.txt"
+    assert titles and titles[0].startswith("corpus-7f3a.txt, ")

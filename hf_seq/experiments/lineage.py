@@ -22,6 +22,8 @@ import os
 import time
 from pathlib import Path
 
+from hf_seq.hub import public_name
+
 MEMBERS = ("ngram", "window", "elman", "gru", "lstm", "gpt")
 LECTURE_ORDER = MEMBERS  # worst to best in the lectures' story
 TITLES = {
@@ -185,6 +187,7 @@ def train_ngram(s, train_stream, held_out_blocks, byte_lengths, vocab_size, budg
 
 
 def write_ngram_card(folder: Path, record: dict, corpus: str) -> None:
+    """The n-gram member's card; `corpus` as the reports name it (`public_name`: a file name, not a local path)."""
     folder.mkdir(parents=True, exist_ok=True)
     lines = [
         f"# {record['title']}",
@@ -345,6 +348,8 @@ def run(
     output_dir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     say = print if progress else (lambda *a, **k: None)
+    # the reports and cards are meant to be shared: they name a local corpus by its file name, as `hf-seq push` does
+    corpus_name = public_name(corpus)
 
     # one tokenizer, one split, one held-out set for everybody
     tokenizer_dir = output_dir / "tokenizer"
@@ -422,14 +427,14 @@ def run(
         record["sample"] = tokenizer.decode(sample)
         record["prompt_text"] = prompt_text
         if name == "ngram":
-            write_ngram_card(folder, record, corpus)
+            write_ngram_card(folder, record, corpus_name)
         say(f"lineage: {name}: {record['eval_bits_per_byte']:.4f} bits per byte")
         records.append(record)
 
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     budget = f"{budget_tokens:,} training tokens" if budget_tokens else f"{budget_seconds:g} s of training per member"
     result = {
-        "corpus": corpus,
+        "corpus": corpus_name,
         "quick": quick,
         "budget": budget,
         "budget_tokens": budget_tokens,
@@ -447,7 +452,7 @@ def run(
         "members": records,
     }
     (output_dir / "lineage.json").write_text(json.dumps(result, indent=2))
-    plot_curves(records, output_dir / "learning_curves.png", f"{corpus}, {budget}")
+    plot_curves(records, output_dir / "learning_curves.png", f"{corpus_name}, {budget}")
     write_report(result, output_dir)
     return result
 
