@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from hf_seq.errors import MissingFileError
 from hf_seq.hub import hub_dataset_ids, public_recipe
 from hf_seq.registry import family as get_family
 
@@ -87,7 +88,7 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
 
     folder = Path(folder)
     if not (folder / "config.json").exists():
-        raise FileNotFoundError(f"{folder} holds no config.json: save a model there first (save_pretrained)")
+        raise MissingFileError(f"{folder} holds no config.json: save a model there first (save_pretrained)")
     config = AutoConfig.from_pretrained(folder)
     if recipe is None and (folder / "recipe.json").exists():
         recipe = json.loads((folder / "recipe.json").read_text())

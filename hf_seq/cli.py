@@ -10,6 +10,10 @@ import json
 import sys
 from pathlib import Path
 
+from hf_seq.errors import InvalidValueError, MissingFileError, UserError
+
+DEBUG_HELP = "show the traceback of every error, including errors in the recipe, arguments, files or folders"
+
 # The demo: a byte-level BPE tokenizer and a small GPT on the standard library sources (~3 MB of Python).
 DEMO_RECIPE = {
     "family": "gpt",
@@ -143,6 +147,7 @@ def cmd_evaluate(args) -> None:
     from hf_seq.tasks import describe_scoring
     from hf_seq.training import evaluate_folder
 
+    _model_folder(args.folder)
     metrics = evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides)
     if args.json:
         print(json.dumps(metrics, indent=2))
@@ -161,13 +166,13 @@ def cmd_generate(args) -> None:
     import hf_seq  # noqa: F401  (registers the families and the translation pipeline)
 
     if args.prompt is None and args.file is None:
-        raise SystemExit("hf-seq generate: give --prompt TEXT or --file FILE (one prompt per line)")
+        raise InvalidValueError("give --prompt TEXT or --file FILE (one prompt per line)")
     if args.file is not None and not Path(args.file).is_file():
-        raise SystemExit(f"hf-seq generate: --file {args.file} does not exist")
+        raise MissingFileError(f"--file {args.file} does not exist")
     prompts = [args.prompt] if args.prompt is not None else Path(args.file).read_text().splitlines()
     if not prompts:
-        raise SystemExit(f"hf-seq generate: --file {args.file} holds no prompts (one prompt per line)")
-    _model_folder("generate", args.folder)
+        raise InvalidValueError(f"--file {args.file} holds no prompts (one prompt per line)")
+    _model_folder(args.folder)
     if Path(args.folder).is_dir():
         from hf_seq.checksums import verify_checksums
 
@@ -224,16 +229,15 @@ def _number_in(low: float, high: float, what: str):
     return parse
 
 
-def _model_folder(command: str, folder: str) -> str:
+def _model_folder(folder: str) -> str:
     """A local model folder must hold config.json (a name that is not a local path is left to the Hub)."""
     path = Path(folder)
     if path.exists() and not (path / "config.json").is_file():
-        raise SystemExit(
-            f"hf-seq {command}: {folder} holds no config.json: give the output_dir of a run or a folder written by "
-            "save_pretrained"
+        raise MissingFileError(
+            f"{folder} holds no config.json: give the output_dir of a run or a folder written by save_pretrained"
         )
     if not path.exists() and (folder.startswith((".", "/", "~")) or folder.count("/") != 1):
-        raise SystemExit(f"hf-seq {command}: {folder} does not exist (give a model folder or a Hub name user/model)")
+        raise MissingFileError(f"{folder} does not exist (give a model folder or a Hub name user/model)")
     return folder
 
 
@@ -265,10 +269,10 @@ def cmd_experiment(args) -> None:
         width = max(map(len, EXPERIMENTS))
         print("\n".join(f"{name:<{width}}  {line}" for name, line in EXPERIMENTS.items()))
         if not args.list:
-            raise SystemExit("hf-seq experiment: name one of the experiments above (or --list)")
+            raise InvalidValueError("name one of the experiments above (or --list)")
         return
     if args.name not in EXPERIMENTS:
-        raise SystemExit(f"hf-seq experiment: unknown experiment {args.name!r}; choose one of {', '.join(EXPERIMENTS)}")
+        raise InvalidValueError(f"unknown experiment {args.name!r}; choose one of {', '.join(EXPERIMENTS)}")
     from hf_seq.experiments import get_experiment
 
     output_dir = args.output_dir or f"hf-seq-experiments/{args.name}"
@@ -280,6 +284,7 @@ def cmd_experiment(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-seq", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("demo", help="train a tokenizer and a small GPT on the standard library, offline")
@@ -369,10 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-dir", help="where results.md, results.json and the plots go (default hf-seq-experiments/NAME)"
     )
     p.set_defaults(func=cmd_experiment)
+    for p in commands.choices.values():  # `hf-seq train --debug ...` as well as `hf-seq --debug train ...`
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. An error in what the user gave (`hf_seq.errors.UserError`) prints `hf-seq: error: ...`
+    and exits with status 2, as argparse does; any other exception is a bug and keeps its traceback."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may come before or after flags such as --resume
@@ -380,7 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
-    args.func(args)
+    try:
+        args.func(args)
+    except UserError as error:
+        if args.debug:
+            raise
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     return 0
 
 

@@ -12,6 +12,7 @@ import datasets
 import torch
 from transformers import DataCollatorForLanguageModeling
 
+from .errors import InvalidValueError, MissingFileError
 from .tokenization import check_special_tokens
 
 STDLIB = "stdlib"
@@ -26,7 +27,7 @@ def stdlib_files() -> list[Path]:
         if not {"test", "tests", "idle_test", "site-packages", "dist-packages"} & set(p.relative_to(root).parts)
     )
     if not files:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"No Python standard library sources found under {root}: this Python ships without them. Install the "
             "full Python (e.g. the python3 package, not a stripped runtime) or pass --dataset with a Hub name or files."
         )
@@ -64,13 +65,15 @@ def load_files(paths, what: str = "data.dataset") -> datasets.Dataset:
     a `text` column. A missing or unreadable path is an error that names it."""
     paths = [Path(p) for p in (paths if isinstance(paths, list | tuple) else [paths])]
     if not paths:
-        raise ValueError(f"{what}: no files given")
+        raise InvalidValueError(f"{what}: no files given")
     for p in paths:
         if not p.is_file():
-            raise FileNotFoundError(f"{what}: file not found: {str(p)!r}")
+            raise MissingFileError(f"{what}: file not found: {str(p)!r}")
     builders = {TEXT_SUFFIXES.get(p.suffix, "text") for p in paths}
     if len(builders) > 1:
-        raise ValueError(f"{what}: mixes file kinds {sorted(builders)}; give files of one kind (text, json or csv)")
+        raise InvalidValueError(
+            f"{what}: mixes file kinds {sorted(builders)}; give files of one kind (text, json or csv)"
+        )
     builder = builders.pop()
     kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
     return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train", **kwargs)
@@ -84,11 +87,21 @@ def load_text_dataset(source=STDLIB, split: str = "train", text_column: str = "t
     if _looks_like_files(source):
         dataset = load_files(source)
     else:
-        name, _, config = str(source).partition(":")
-        dataset = datasets.load_dataset(name, config or None, split=split)
+        dataset = load_hub_dataset(source, split=split)
     if text_column not in dataset.column_names:
-        raise ValueError(f"dataset {source!r} has no column {text_column!r}; columns: {dataset.column_names}")
+        raise InvalidValueError(f"dataset {source!r} has no column {text_column!r}; columns: {dataset.column_names}")
     return dataset
+
+
+def load_hub_dataset(source: str, what: str = "dataset", **kwargs):
+    """`datasets.load_dataset` of a Hub name (`name` or `name:config`); a name the Hub does not have, or cannot be
+    reached for, is an error in what the user gave."""
+    name, _, config = str(source).partition(":")
+    try:
+        return datasets.load_dataset(name, config or None, **kwargs)
+    except (datasets.exceptions.DatasetNotFoundError, ConnectionError) as error:
+        message = f"{what}: {source!r} is neither a local file nor a Hub dataset that loads ({error})"
+        raise MissingFileError(message) from error
 
 
 def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
@@ -105,8 +118,7 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
     elif _looks_like_files(data.dataset):
         splits["train"] = load_files(data.dataset)
     else:
-        name, _, config = str(data.dataset).partition(":")
-        hub = datasets.load_dataset(name, config or None)
+        hub = load_hub_dataset(data.dataset, what="data.dataset")
         splits = {"train": hub["train"], **{s: hub[s] for s in ("validation", "test") if s in hub}}
         for split in ("validation", "test"):
             named = getattr(data, split)
@@ -116,7 +128,7 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
         named = getattr(data, split)
         if named is not None and not (isinstance(named, str) and split in splits and named in splits):
             if not _looks_like_files(named):
-                raise FileNotFoundError(f"data.{split}: {named!r} is neither a file nor a split of {data.dataset!r}")
+                raise MissingFileError(f"data.{split}: {named!r} is neither a file nor a split of {data.dataset!r}")
             splits[split] = load_files(named, what=f"data.{split}")
     if data.max_examples is not None:
         splits["train"] = splits["train"].select(range(min(data.max_examples, len(splits["train"]))))
@@ -124,7 +136,7 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
         train = splits["train"]
         n_eval = max(1, round(len(train) * data.eval_fraction))
         if n_eval >= len(train):
-            raise ValueError(
+            raise InvalidValueError(
                 f"data.eval_fraction={data.eval_fraction} leaves no training rows out of {len(train)}; lower it or "
                 "give data.validation"
             )
@@ -135,7 +147,7 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
     for split, dataset in splits.items():
         missing = [source for source in columns.values() if source not in dataset.column_names]
         if missing:
-            raise ValueError(
+            raise InvalidValueError(
                 f"the {split} data has no column(s) {missing} (columns: {dataset.column_names}); set "
                 + ", ".join(f"data.{name}_column" for name, source in columns.items() if source in missing)
             )
@@ -195,7 +207,7 @@ def pack_blocks(
 
     blocks = tokenized.map(group, batched=True, batch_size=1000, num_proc=worker_processes(num_proc), desc="packing")
     if len(blocks) == 0:
-        raise ValueError(
+        raise InvalidValueError(
             f"the text holds fewer than block_size={block_size} tokens: use more text or a smaller data.block_size"
         )
     return blocks
@@ -252,7 +264,7 @@ def gettext_pairs(target_language: str = "fr", max_pairs: int | None = None, max
     folder = LOCALE_DIR / target_language / "LC_MESSAGES"
     catalogs = sorted(folder.glob("*.mo")) if folder.is_dir() else []
     if not catalogs:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"No gettext catalogs for {target_language!r} under {folder}. Install translated packages (on Debian or "
             f"Ubuntu: the language's locale packages, e.g. `apt-get install language-pack-{target_language}`), choose "
             "another target_language, or pass a parallel dataset with data.dataset=..."

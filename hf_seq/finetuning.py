@@ -13,6 +13,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, Trai
 
 from hf_seq import tasks
 from hf_seq.checksums import record_checksums
+from hf_seq.errors import InvalidValueError, MissingFileError, RunExistsError
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
 from hf_seq.training import budget_note, build_model, choose_threads, plot_loss_curve
 
@@ -42,10 +43,12 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
         raise RecipeError("training.mixed_precision='fp16' needs a GPU; on a CPU use 'bf16' (or 'no')")
     earlier = [n for n in ("checkpoints", "config.json") if (output_dir / n).exists()]
     if earlier and not resume and not overwrite:
-        raise FileExistsError(
+        raise RunExistsError(
             f"{output_dir} holds an earlier run ({', '.join(earlier)}): pass --resume to continue it, --overwrite to "
             "replace it, or choose another training.output_dir"
         )
+    if resume and not list((output_dir / "checkpoints").glob("checkpoint-*")):
+        raise MissingFileError(f"--resume: {output_dir} holds no checkpoint to resume from; run without --resume")
     torch.set_num_threads(choose_threads(t.threads))
     prepared = tasks.prepare(recipe, tokenizer_folder=None)
     task, tokenizer = prepared.task, prepared.tokenizer
@@ -54,7 +57,7 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
     world = int(os.environ.get("WORLD_SIZE", "1"))
     per_device = t.batch_size // (t.gradient_accumulation_steps * world)
     if per_device < 1 or per_device * t.gradient_accumulation_steps * world != t.batch_size:
-        raise ValueError(
+        raise InvalidValueError(
             f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps x processes "
             f"({t.gradient_accumulation_steps} x {world})"
         )

@@ -16,6 +16,8 @@ import textwrap
 from fnmatch import fnmatch
 from pathlib import Path
 
+from hf_seq.errors import InvalidValueError, MissingFileError
+
 # Run-state files that stay local: checkpoints for --resume, the training copy of the tokenizer, pickles.
 LOCAL_ONLY = ["checkpoints/*", "checkpoints/**", ".partial-*", "*.pt", "*.bin", "*.pkl"]
 REQUIRED = ("config.json", "model.safetensors")
@@ -135,13 +137,13 @@ def check_folder(folder) -> dict:
     folder = Path(folder).resolve()
     missing = [name for name in REQUIRED if not (folder / name).exists()]
     if missing:
-        raise FileNotFoundError(f"{folder} is not a saved model: missing {missing} (save it with save_pretrained)")
+        raise MissingFileError(f"{folder} is not a saved model: missing {missing} (save it with save_pretrained)")
     try:
         auto_map = json.loads((folder / "config.json").read_text()).get("auto_map")
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{folder / 'config.json'} is not valid JSON: {error}") from error
+        raise InvalidValueError(f"{folder / 'config.json'} is not valid JSON: {error}") from error
     if not auto_map:
-        raise ValueError(f"{folder}/config.json has no auto_map: it would not load without hf-seq installed")
+        raise InvalidValueError(f"{folder}/config.json has no auto_map: it would not load without hf-seq installed")
     script = textwrap.dedent(
         f"""
         import json, sys
@@ -172,16 +174,16 @@ def push(folder, repo_id: str, private: bool = False, token: str | None = None, 
     """Check the folder, then upload it (model card, loss curve and metrics included; checkpoints left out; local
     paths replaced by names). The dry run lists the same files, with their sizes, and uploads nothing."""
     if not re.fullmatch(r"[\w.-]+/[\w.-]+|[\w.-]+", repo_id or ""):
-        raise ValueError(f"push: repo_id must look like 'your-name/model-name', got {repo_id!r}.")
+        raise InvalidValueError(f"push: repo_id must look like 'your-name/model-name', got {repo_id!r}.")
     if not Path(folder).is_dir():
-        raise FileNotFoundError(f"push: {folder} is not a folder (give the output_dir of a run or a saved model).")
+        raise MissingFileError(f"push: {folder} is not a folder (give the output_dir of a run or a saved model).")
     from hf_seq.checksums import verify_checksums
 
     verify_checksums(folder)  # never publish weights damaged since the run saved them
     loaded = check_folder(folder)
     contents = upload_contents(folder)
     if "README.md" not in contents:
-        raise FileNotFoundError(f"{folder} has no model card (README.md): write one with `hf-seq card {folder}`")
+        raise MissingFileError(f"{folder} has no model card (README.md): write one with `hf-seq card {folder}`")
     lines = []
     for name, content in contents.items():
         size = len(content) if isinstance(content, bytes) else content.stat().st_size

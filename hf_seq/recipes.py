@@ -10,12 +10,14 @@ from pathlib import Path
 
 import yaml
 
+from hf_seq.errors import InvalidValueError, MissingFileError
+
 SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
 MIXED_PRECISION = ("no", "bf16", "fp16")
 
 
-class RecipeError(ValueError):
-    pass
+class RecipeError(InvalidValueError):
+    """A recipe or an override that is not allowed: `hf-seq` prints the message without a traceback."""
 
 
 @dataclass
@@ -171,7 +173,11 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
             raise RecipeError(f"override {dotted}: {key!r} is not a section")
-    value = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
+    try:
+        value = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or error
+        raise RecipeError(f"override {dotted}={raw}: the value is not valid YAML ({problem})") from None
     if isinstance(value, bool) and raw.lower() not in ("true", "false"):
         value = raw  # YAML 1.1 reads no/yes/on/off as booleans: mixed_precision=no means the string
     node[keys[-1]] = value
@@ -202,8 +208,13 @@ def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = (), comma
     else:
         path = Path(path_or_dict)
         if not path.is_file():
-            raise FileNotFoundError(f"recipe not found: {path}")
-        tree = yaml.safe_load(path.read_text()) or {}
+            raise MissingFileError(f"recipe not found: {path}")
+        try:
+            tree = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            mark, problem = getattr(error, "problem_mark", None), getattr(error, "problem", None) or error
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            raise RecipeError(f"recipe {path} is not valid YAML{where}: {problem}") from None
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:

@@ -25,6 +25,7 @@ from transformers import (
 
 from hf_seq import data as data_lib
 from hf_seq import evaluation
+from hf_seq.errors import MissingFileError
 
 
 # ---------------------------------------------------------------------------------------------- rows -> inputs
@@ -397,7 +398,7 @@ def obtain_tokenizer(recipe, task: Task, train_rows, folder: Path | None, is_mai
 
     path = recipe.tokenizer.path or recipe.model.get("from_pretrained")
     if path:
-        return AutoTokenizer.from_pretrained(path)
+        return load_tokenizer(path, "tokenizer.path" if recipe.tokenizer.path else "model.from_pretrained")
     if is_main and (folder is None or not (folder / "tokenizer.json").exists()):
         tokenizer = train_bpe_tokenizer(
             task.tokenizer_texts(train_rows),
@@ -410,6 +411,22 @@ def obtain_tokenizer(recipe, task: Task, train_rows, folder: Path | None, is_mai
         tokenizer.save_pretrained(folder)
     wait()  # every process, always: the others load what the main process saved
     return AutoTokenizer.from_pretrained(folder)
+
+
+def load_tokenizer(path: str, what: str):
+    """The tokenizer of a local folder or a Hub model named by the recipe key `what`; a folder without a tokenizer or
+    a name that does not load is an error in the recipe, naming the key."""
+    from transformers import AutoTokenizer
+
+    folder = Path(path).expanduser()
+    if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise MissingFileError(f"{what}: {path} holds no tokenizer (tokenizer.json): give a folder saved by a run")
+    if not folder.exists() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
+        raise MissingFileError(f"{what}: {path} does not exist (give a folder saved by a run or a Hub name user/model)")
+    try:
+        return AutoTokenizer.from_pretrained(str(folder) if folder.exists() else path)
+    except OSError as error:  # transformers' answer for a Hub name it cannot find or reach
+        raise MissingFileError(f"{what}: {path!r} does not load as a tokenizer: {error}") from error
 
 
 def prepare(recipe, tokenizer=None, tokenizer_folder=None, is_main=True, wait=lambda: None, main_first=None):

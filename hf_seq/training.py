@@ -33,6 +33,7 @@ from transformers import get_scheduler
 
 from hf_seq import tasks
 from hf_seq.checksums import record_checksums, verify_checksums
+from hf_seq.errors import InvalidValueError, MissingFileError, RunExistsError
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
 from hf_seq.registry import family as get_family
 
@@ -91,7 +92,10 @@ def build_model(recipe: Recipe, prepared: tasks.Prepared):
     source = recipe.model.get("from_pretrained")
     if source:
         options = {k: v for k, v in recipe.model.items() if k != "from_pretrained"}
-        return model_class.from_pretrained(source, **prepared.label_kwargs, **options)
+        try:
+            return model_class.from_pretrained(source, **prepared.label_kwargs, **options)
+        except OSError as error:  # transformers' answer for a folder or Hub name that holds no model
+            raise MissingFileError(f"model.from_pretrained: {source!r} does not load: {error}") from error
     return model_class(build_config(recipe, prepared.tokenizer, **prepared.label_kwargs))
 
 
@@ -181,7 +185,7 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler) -> di
 
     found = checkpoints(output_dir)
     if not found:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"--resume: {output_dir} holds no complete checkpoint to resume from; run without --resume to start"
         )
     for checkpoint in found:
@@ -208,7 +212,7 @@ def check_output_dir(recipe: Recipe, output_dir: Path, resume: bool, overwrite: 
     saved = output_dir / "checkpoints" / "recipe.json"
     if resume:
         if not saved.exists():
-            raise FileNotFoundError(f"--resume: {output_dir} holds no run to resume (no checkpoints/recipe.json)")
+            raise MissingFileError(f"--resume: {output_dir} holds no run to resume (no checkpoints/recipe.json)")
         before, now = _flatten(json.loads(saved.read_text())), _flatten(recipe.to_dict())
         changed = sorted(
             k for k in before.keys() | now.keys() if before.get(k) != now.get(k) and k not in RESUMABLE_KEYS
@@ -223,7 +227,7 @@ def check_output_dir(recipe: Recipe, output_dir: Path, resume: bool, overwrite: 
         return
     earlier = [name for name in ("checkpoints", "config.json", "model.safetensors") if (output_dir / name).exists()]
     if earlier and not overwrite:
-        raise FileExistsError(
+        raise RunExistsError(
             f"{output_dir} holds an earlier run ({', '.join(earlier)}): pass --resume to continue it, --overwrite to "
             "replace it, or choose another training.output_dir"
         )
@@ -280,7 +284,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     )
     processes = accelerator.num_processes
     if t.batch_size % (t.gradient_accumulation_steps * processes):
-        raise ValueError(
+        raise InvalidValueError(
             f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps x processes "
             f"({t.gradient_accumulation_steps} x {processes}): it is the global batch"
         )
@@ -302,7 +306,9 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     )
     task, tokenizer, train_set = prepared.task, prepared.tokenizer, prepared.train
     if len(train_set) < t.batch_size:
-        raise ValueError(f"the training data has {len(train_set)} examples, fewer than one batch of {t.batch_size}")
+        raise InvalidValueError(
+            f"the training data has {len(train_set)} examples, fewer than one batch of {t.batch_size}"
+        )
     for key, count in prepared.notes.items():
         if "truncated" in key and count:
             accelerator.print(f"note: {count} {key.replace('_', ' ')} (longer than data.block_size)")
@@ -562,7 +568,7 @@ def evaluate_folder(folder, recipe=None, overrides=(), device=None) -> dict:
     verify_checksums(folder)
     if recipe is None:
         if not (folder / "recipe.json").exists():
-            raise FileNotFoundError(f"{folder} has no recipe.json (not trained by hf-seq): pass --recipe")
+            raise MissingFileError(f"{folder} has no recipe.json (not trained by hf-seq): pass --recipe")
         recipe = json.loads((folder / "recipe.json").read_text())
     if not isinstance(recipe, dict):
         recipe = str(recipe)

@@ -1,4 +1,7 @@
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +110,99 @@ def test_unknown_arguments_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--no-such-flag"])
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- user errors
+GPT_TINY = str(Path(__file__).resolve().parents[1] / "recipes" / "gpt-tiny.yaml")
+
+
+# (argv, the start of the one line printed after `hf-seq: error: `) for errors in what the user gave; {tmp} is a
+# fresh folder holding `not-a-model/` (an empty folder) and `earlier/checkpoints/` (an earlier run)
+USER_ERRORS = [
+    (["train", "{tmp}/nope.yaml"], "recipe not found: {tmp}/nope.yaml"),
+    (["train", GPT_TINY, "training.no_such_key=1"], "unknown recipe key(s) ['training.no_such_key']"),
+    (["train", GPT_TINY, "training.max_steps=many"], "recipe key 'training.max_steps': expected int"),
+    (["train", GPT_TINY, "training.max_steps=[1"], "override training.max_steps=[1: the value is not valid YAML"),
+    (["train", GPT_TINY, "training.output_dir={tmp}/run", "data.dataset=/no-such-dir/a.txt"], "data.dataset: file "),
+    (["train", GPT_TINY, "training.output_dir={tmp}/earlier"], "{tmp}/earlier holds an earlier run"),
+    (["train", GPT_TINY, "training.output_dir={tmp}/run", "--resume"], "--resume: {tmp}/run holds no run to resume"),
+    (["train", GPT_TINY, "training.output_dir={tmp}/run", "tokenizer.path={tmp}/not-a-model"], "tokenizer.path: "),
+    (["evaluate", "{tmp}/not-a-model"], "{tmp}/not-a-model holds no config.json"),
+    (["evaluate", "{tmp}/not-a-model", "--recipe", GPT_TINY], "{tmp}/not-a-model holds no config.json"),
+    (["generate", "{tmp}/not-a-model", "--prompt", "def"], "{tmp}/not-a-model holds no config.json"),
+    (["generate", "{tmp}/no-such-run", "--prompt", "def"], "{tmp}/no-such-run does not exist"),
+    (["card", "{tmp}/not-a-model"], "{tmp}/not-a-model holds no config.json"),
+    (["push", "{tmp}/not-a-model", "someone/x", "--dry-run"], "{tmp}/not-a-model is not a saved model"),
+    (["train-tokenizer", "--files", "{tmp}/nope.txt", "--output-dir", "{tmp}/tok"], "--files: file not found"),
+    (["lineage", "--members", "rnn", "--output-dir", "{tmp}/lineage"], "lineage: unknown member 'rnn'"),
+    (["experiment", "nope"], "unknown experiment 'nope'"),
+]
+
+
+@pytest.mark.parametrize(
+    "argv, message", USER_ERRORS, ids=[" ".join(argv).replace(GPT_TINY, "gpt-tiny.yaml") for argv, _ in USER_ERRORS]
+)
+def test_a_user_error_prints_one_line_and_exits_2(argv, message, tmp_path, capsys):
+    (tmp_path / "not-a-model").mkdir()
+    (tmp_path / "earlier" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main([item.format(tmp=tmp_path) for item in argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith(f"hf-seq: error: {message.format(tmp=tmp_path)}") and err.count("\n") == 1, err
+
+
+def test_fp16_on_a_cpu_is_a_user_error(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("fp16 is allowed here")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", GPT_TINY, f"training.output_dir={tmp_path}", "training.mixed_precision=fp16"])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr().err
+        == "hf-seq: error: training.mixed_precision='fp16' needs a GPU; on a CPU use 'bf16' (or 'no')\n"
+    )
+
+
+def test_a_message_of_several_lines_follows_the_error_line(tmp_path, capsys):
+    """--resume with a changed recipe lists the keys, one per line, under the error line."""
+    from hf_seq.recipes import load_recipe
+
+    interrupted = load_recipe(GPT_TINY, [f"training.output_dir={tmp_path}", "training.learning_rate=0.1"])
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "recipe.json").write_text(json.dumps(interrupted.to_dict()))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", GPT_TINY, f"training.output_dir={tmp_path}", "--resume"])
+    lines = capsys.readouterr().err.splitlines()
+    assert exit_info.value.code == 2
+    assert lines[0] == "hf-seq: error: --resume with a different recipe; these keys may not change on resume:"
+    assert lines[1] == "  training.learning_rate: 0.1 -> 0.002"
+
+
+def hf_seq_command(*argv: str, before: str = "") -> subprocess.CompletedProcess:
+    """`python -m hf_seq.cli ARGV` in a fresh process (`before`: Python run first, e.g. to plant a bug)."""
+    code = f"import sys\n{before}\nfrom hf_seq.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+
+
+def test_the_command_prints_no_traceback_for_a_user_error_and_one_with_debug(tmp_path):
+    missing = str(tmp_path / "nope.yaml")
+    result = hf_seq_command("train", missing, "training.max_steps=3")
+    assert (result.returncode, result.stderr) == (2, f"hf-seq: error: recipe not found: {missing}\n")
+    for argv in (["--debug", "train", missing], ["train", missing, "--debug", "training.max_steps=3"]):
+        result = hf_seq_command(*argv)
+        assert result.returncode == 1, argv
+        assert "Traceback" in result.stderr and f"MissingFileError: recipe not found: {missing}" in result.stderr
+
+
+@pytest.mark.parametrize("error", ["RuntimeError", "ValueError", "FileNotFoundError"])
+def test_a_failure_inside_keeps_its_traceback(error):
+    """A bug is told from a user error by its type, never by its message: an exception that is not a UserError,
+    even one whose message reads like a recipe error, prints its traceback and exits with status 1."""
+    bug = f"import hf_seq.training\ndef run(*a, **k): raise {error}('data.dataset: planted')\nhf_seq.training.run = run"
+    result = hf_seq_command("train", GPT_TINY, before=bug)
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and f"{error}: data.dataset: planted" in result.stderr
+    assert "hf-seq: error" not in result.stderr

@@ -22,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from hf_seq.errors import InvalidValueError
 from hf_seq.hub import public_name
 
 MEMBERS = ("ngram", "window", "elman", "gru", "lstm", "gpt")
@@ -333,17 +334,17 @@ def run(
 
     s = dict(SETTINGS["quick" if quick else "default"])
     if budget_tokens is not None and budget_seconds is not None:
-        raise ValueError("lineage: pass --budget-tokens or --budget-seconds, not both.")
+        raise InvalidValueError("lineage: pass --budget-tokens or --budget-seconds, not both.")
     for name in members:
         if name not in MEMBERS:
-            raise ValueError(f"lineage: unknown member {name!r}; allowed values: {list(MEMBERS)}.")
+            raise InvalidValueError(f"lineage: unknown member {name!r}; allowed values: {list(MEMBERS)}.")
     if budget_tokens is not None or budget_seconds is not None:
         s["budget_tokens"], s["budget_seconds"] = budget_tokens, budget_seconds
     budget_tokens, budget_seconds = s.get("budget_tokens"), s.get("budget_seconds")
     if max_chars is not None:
         s["max_chars"] = max_chars
     if (budget_tokens is not None and budget_tokens <= 0) or (budget_seconds is not None and budget_seconds <= 0):
-        raise ValueError(f"lineage: the budget must be positive, got {budget_tokens or budget_seconds!r}.")
+        raise InvalidValueError(f"lineage: the budget must be positive, got {budget_tokens or budget_seconds!r}.")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
