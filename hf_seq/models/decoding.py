@@ -196,7 +196,7 @@ class TransposedWeightsDecoding:
         return super().get_compiled_call(compile_config)
 
     def generate(self, *args, **kwargs):
-        if not self.transpose_weights_for_decoding:
+        if not self.transpose_weights_for_decoding or _fewest_rows(self, args, kwargs) > _FewRowsLinear.max_rows:
             return super().generate(*args, **kwargs)
         with transposed_linear_weights(self) as transpose:
             self._decode_plan = {"transpose": transpose, "compiled": False}
@@ -204,6 +204,18 @@ class TransposedWeightsDecoding:
                 return super().generate(*args, **kwargs)
             finally:
                 del self._decode_plan
+
+
+def _fewest_rows(model, args, kwargs) -> int:
+    """The fewest rows a decoding step of this generate() call can have: its batch times its beams (0 if unknown)."""
+    inputs = (
+        args[0]
+        if args
+        else next((kwargs.get(k) for k in ("inputs", "input_ids", "inputs_embeds") if k in kwargs), None)
+    )
+    config = kwargs.get("generation_config") or model.generation_config
+    beams = kwargs.get("num_beams", getattr(config, "num_beams", None) or 1)
+    return inputs.shape[0] * beams if torch.is_tensor(inputs) and isinstance(beams, int) else 0
 
 
 __all__ = ["TransposedWeightsDecoding", "transposed_linear_weights"]

@@ -1,6 +1,7 @@
 """Input checks and index helpers shared by the model families."""
 
 import copy
+import inspect
 
 import torch
 from safetensors import SafetensorError
@@ -200,6 +201,15 @@ class CheckedPreTrainedModel(PreTrainedModel):
     pretraining does not train)."""
 
     _backbone_optional_keys: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # transformers' generate() reads the signature of a remote-code model's forward at every decoding step (to
+        # see whether it still takes `cache_position`); unwrapping the decorators costs about 0.17 ms each time, so
+        # a 32-token beam search spent 2% of its time there. The signature is fixed when the class is made.
+        forward = cls.__dict__.get("forward")
+        if forward is not None and "__signature__" not in getattr(forward, "__dict__", {}):
+            forward.__signature__ = inspect.signature(forward)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
