@@ -11,11 +11,13 @@ import hashlib
 import json
 from pathlib import Path
 
+from hf_seq.errors import InvalidValueError
+
 CHECKSUMS = "checksums.json"
 
 
-class ChecksumError(ValueError):
-    """A weight file differs from the one that was saved."""
+class ChecksumError(InvalidValueError):
+    """A weight file differs from the one that was saved (a ValueError; `hf-seq` reports it in one line)."""
 
 
 def sha256(path: Path) -> str:

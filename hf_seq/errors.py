@@ -24,3 +24,7 @@ class MissingFileError(UserError, FileNotFoundError):
 
 class RunExistsError(UserError, FileExistsError):
     """An output folder already holds a run that the command would overwrite."""
+
+
+class DamagedRunError(UserError, RuntimeError):
+    """A folder the user named holds a run that cannot be used (no checkpoint of it loads)."""

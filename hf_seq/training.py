@@ -33,7 +33,7 @@ from transformers import get_scheduler
 
 from hf_seq import tasks
 from hf_seq.checksums import record_checksums, verify_checksums
-from hf_seq.errors import InvalidValueError, MissingFileError, RunExistsError
+from hf_seq.errors import DamagedRunError, InvalidValueError, MissingFileError, RunExistsError
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
 from hf_seq.registry import family as get_family
 
@@ -201,7 +201,10 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler) -> di
         except Exception as error:  # noqa: BLE001  (any damage: say which file, fall back to an older checkpoint)
             accelerator.print(f"warning: checkpoint {checkpoint} does not load ({type(error).__name__}: {error})")
             if checkpoint == found[-1]:
-                raise RuntimeError(f"--resume: no checkpoint in {output_dir / 'checkpoints'} loads") from error
+                raise DamagedRunError(
+                    f"--resume: no checkpoint in {output_dir / 'checkpoints'} loads (the warnings above say why); "
+                    "start again with --overwrite, or restore the folder from a copy"
+                ) from error
             continue
         accelerator.print(f"resuming from {checkpoint} (step {state['step']})")
         return state
@@ -225,7 +228,13 @@ def check_output_dir(recipe: Recipe, output_dir: Path, resume: bool, overwrite: 
                 + f"\n(keys that may: {sorted(RESUMABLE_KEYS)})"
             )
         return
-    earlier = [name for name in ("checkpoints", "config.json", "model.safetensors") if (output_dir / name).exists()]
+    # a run that stopped before its first checkpoint (its data did not load, or it was killed at once) has no steps
+    # to lose: it is started again, not protected
+    earlier = [name for name in ("config.json", "model.safetensors") if (output_dir / name).exists()]
+    if checkpoints(output_dir):
+        earlier.insert(0, "checkpoints")
+    elif (output_dir / "checkpoints").exists() and not earlier:
+        shutil.rmtree(output_dir / "checkpoints")
     if earlier and not overwrite:
         raise RunExistsError(
             f"{output_dir} holds an earlier run ({', '.join(earlier)}): pass --resume to continue it, --overwrite to "

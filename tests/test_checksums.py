@@ -55,9 +55,12 @@ def test_evaluate_refuses_damaged_weights_and_a_folder_without_the_record_loads_
     assert "eval_loss" in evaluate_folder(damaged)
 
 
-def test_generate_and_push_dry_run_refuse_damaged_weights(damaged):
-    with pytest.raises(ChecksumError, match="model.safetensors does not match"):
+def test_generate_and_push_dry_run_refuse_damaged_weights(damaged, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         main(["generate", str(damaged), "--prompt", "def", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.startswith("hf-seq: error: ") and "model.safetensors does not match" in err
     with pytest.raises(ChecksumError, match="model.safetensors does not match"):
         push(damaged, "someone/tiny", dry_run=True)
 

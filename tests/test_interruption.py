@@ -96,6 +96,33 @@ def test_a_finished_run_is_not_overwritten_without_overwrite(tmp_path):
     assert (out / "model.safetensors").read_bytes() != before
 
 
+def test_a_run_that_stopped_before_its_first_checkpoint_does_not_block_the_next(tmp_path):
+    """A run whose data did not load (a mistyped path) left only its recipe behind: nothing to resume, nothing to
+    lose. The same command with the path corrected trains, without --overwrite; a run with a checkpoint is still
+    protected."""
+    out = tmp_path / "run"
+    with pytest.raises(FileNotFoundError, match="data.dataset"):
+        run(_recipe(out, "data.dataset=" + str(tmp_path / "typo.txt")), progress=False)
+    assert (out / "checkpoints" / "recipe.json").exists()
+    run(_recipe(out, "training.max_steps=2", "training.save_every=1"), progress=False)
+    (out / "model.safetensors").unlink()
+    (out / "config.json").unlink()  # as if killed after its checkpoints
+    with pytest.raises(FileExistsError, match="checkpoints.*--resume"):
+        run(_recipe(out, "training.max_steps=2"), progress=False)
+
+
+def test_resume_when_no_checkpoint_loads_is_a_user_error_naming_the_way_out(tmp_path):
+    from hf_seq.errors import UserError
+
+    out = tmp_path / "run"
+    run(_recipe(out, "training.max_steps=2", "training.save_every=1"), progress=False)
+    for checkpoint in (out / "checkpoints").glob("checkpoint-*"):
+        (checkpoint / "model.safetensors").write_bytes(b"")
+    with pytest.raises(UserError, match="no checkpoint .* loads.*--overwrite") as error:
+        run(_recipe(out, "training.max_steps=2"), resume=True, progress=False)
+    assert isinstance(error.value, RuntimeError)  # what it was before: code catching that still does
+
+
 def test_resume_without_a_checkpoint_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no run to resume"):
         run(_recipe(tmp_path / "empty"), resume=True, progress=False)
