@@ -117,7 +117,7 @@ GPT_TINY = str(Path(__file__).resolve().parents[1] / "recipes" / "gpt-tiny.yaml"
 
 
 # (argv, the start of the one line printed after `hf-seq: error: `) for errors in what the user gave; {tmp} is a
-# fresh folder holding `not-a-model/` (an empty folder) and `earlier/checkpoints/` (an earlier run)
+# fresh folder holding `not-a-model/` (an empty folder) and `earlier/config.json` (an earlier run)
 USER_ERRORS = [
     (["train", "{tmp}/nope.yaml"], "recipe not found: {tmp}/nope.yaml"),
     (["train", GPT_TINY, "training.no_such_key=1"], "unknown recipe key(s) ['training.no_such_key']"),
@@ -144,7 +144,8 @@ USER_ERRORS = [
 )
 def test_a_user_error_prints_one_line_and_exits_2(argv, message, tmp_path, capsys):
     (tmp_path / "not-a-model").mkdir()
-    (tmp_path / "earlier" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "config.json").write_text("{}")  # a finished run's model
     with pytest.raises(SystemExit) as exit_info:
         main([item.format(tmp=tmp_path) for item in argv])
     err = capsys.readouterr().err
