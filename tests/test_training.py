@@ -140,6 +140,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
 def test_starting_over_an_existing_run_is_refused(tmp_path):
     out = tmp_path / "run"
     (out / "checkpoints" / "checkpoint-3").mkdir(parents=True)
+    (out / "checkpoints" / "checkpoint-3" / "state.json").write_text("{}")  # written last: a complete checkpoint
     recipe = load_recipe(TINY_GPT, [f"training.output_dir={out}"])
     from hf_seq.training import run
 
