@@ -56,3 +56,17 @@ def test_model_files_stay_inside_the_remote_code_boundary():
             if stripped.startswith(("from hf_seq", "import hf_seq", "from ..")):
                 offending.append(f"{path.name}:{number}: {stripped}")
     assert not offending, offending
+
+
+def test_every_model_forward_has_its_signature_fixed():
+    """transformers' generate() reads a remote-code model's forward signature at every decoding step; unwrapping the
+    decorators each time cost 2% of a beam search (bench/results/transformer_beam_cpu.md). Each class's forward
+    carries its signature, the one inspect would compute."""
+    import inspect
+
+    for fam in FAMILIES:
+        for auto in fam.models:
+            cls = fam.model_class(auto)
+            forward = next(c.__dict__["forward"] for c in cls.__mro__ if "forward" in c.__dict__)
+            assert "__signature__" in forward.__dict__, cls.__name__
+            assert forward.__signature__ == inspect.signature(inspect.unwrap(forward)), cls.__name__
