@@ -6,7 +6,12 @@ from .registry import FAMILIES, after_import, register_lazily
 
 # Every class is imported on first use (`hf_seq.GPTForCausalLM`): `import hf_seq` and `hf-seq --help` import neither
 # torch nor transformers. The families register with the Auto classes when those are imported (see registry.py).
-_ELSEWHERE = {"BahdanauState": "modeling_bahdanau", "RecurrentState": "state", "WindowState": "modeling_window"}
+_ELSEWHERE = {
+    "BahdanauState": "modeling_bahdanau",
+    "ConvState": "modeling_conv",
+    "RecurrentState": "state",
+    "WindowState": "modeling_window",
+}
 
 
 def __getattr__(name: str):
@@ -54,6 +59,10 @@ __all__ = [
     "BERTForSequenceClassification",
     "BERTForTokenClassification",
     "BERTModel",
+    "ConvConfig",
+    "ConvForCausalLM",
+    "ConvModel",
+    "ConvState",
     "GPTConfig",
     "GPTForCausalLM",
     "GPTForSequenceClassification",

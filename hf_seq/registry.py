@@ -108,6 +108,7 @@ FAMILIES: tuple[Family, ...] = (
         "WindowConfig",
         {"AutoModel": "WindowModel", "AutoModelForCausalLM": "WindowForCausalLM"},
     ),
+    Family("conv", "hf_seq_conv", "ConvConfig", {"AutoModel": "ConvModel", "AutoModelForCausalLM": "ConvForCausalLM"}),
 )
 
 

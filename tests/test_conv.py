@@ -1,10 +1,12 @@
-"""The causal convolution layer: the equation, causality, and the one-step queue update equal to the full
-convolution."""
+"""The causal convolution layer (the equation, causality, the one-step queue update equal to the full convolution),
+and the WaveNet-style language model: the shared tester, plus its receptive field and the cost of a generated token."""
 
 import pytest
 import torch
 
+from hf_seq import ConvConfig, ConvForCausalLM, ConvModel, ConvState
 from hf_seq.models.convolution import CausalConv1d
+from tests.tester import FIRST_WORD, ModelTesterMixin
 
 SHAPES = [  # kernel_size, dilation, groups, in_channels, out_channels
     (1, 1, 1, 3, 5),
@@ -88,3 +90,183 @@ def test_queue_of_the_wrong_size_is_refused():
     conv = make_conv(3, 2, 1, 4, 4)
     with pytest.raises(ValueError, match="dilation"):
         conv(torch.randn(1, 5, 4), torch.zeros(1, 3, 4))
+
+
+# ---------------------------------------------------------------- the language model
+
+NO_DROPOUT = dict(dropout=0.0)
+
+
+class TestConv(ModelTesterMixin):
+    family = "hf_seq_conv"
+    # dilations 1, 2, 4, 1, 2, 4 with k = 2: R = 15 tokens, more than the tester's sequences of 7
+    config_kwargs = dict(
+        hidden_size=12,
+        kernel_size=2,
+        dilation_cycle=3,
+        num_blocks=2,
+        skip_channels=10,
+        dropout=0.1,
+        tie_word_embeddings=True,
+        initializer_range=0.3,  # logits far enough from uniform that a changed label moves the loss
+    )
+    no_dropout = NO_DROPOUT
+    has_position_limit = False  # shift-invariant: any length, each position reading its last R tokens
+
+    def make_model(self, cls, seed=0, **overrides):
+        return with_random_biases(super().make_model(cls, seed, **overrides))
+
+
+class TestConvWideKernel(TestConv):
+    """k = 3, one block, untied head, receptive field 2 * (1 + 2 + 4 + 8) + 1 = 31."""
+
+    config_overrides = dict(kernel_size=3, dilation_cycle=4, num_blocks=1, tie_word_embeddings=False)
+    expensive_checks = False
+
+
+def with_random_biases(model):
+    """Biases as a trained model has them. Initialised at zero, a gate at a padded position whose input is zero would
+    read tanh(0) = 0 whether or not the model zeroes padding at every layer, and the padding checks could not fail."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0.0, model.config.initializer_range)
+    return model
+
+
+def tiny_model(**overrides):
+    torch.manual_seed(0)
+    kwargs = dict(
+        vocab_size=40, hidden_size=8, kernel_size=2, dilation_cycle=3, num_blocks=2, skip_channels=6,
+        initializer_range=0.5,
+    )  # fmt: skip
+    return with_random_biases(ConvForCausalLM(ConvConfig(**{**kwargs, **overrides})).eval())
+
+
+def random_ids(length, seed=1, batch_size=1):
+    return torch.randint(FIRST_WORD, 40, (batch_size, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_receptive_field_is_stated_and_derived():
+    config = ConvConfig(kernel_size=2, dilation_cycle=10, num_blocks=3)
+    assert config.dilations[:11] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1]
+    assert config.receptive_field == 3 * 1023 + 1 and config.num_hidden_layers == 30
+    assert ConvConfig(kernel_size=3, dilation_cycle=4, num_blocks=1).receptive_field == 2 * 15 + 1
+    assert ConvConfig(kernel_size=1).receptive_field == 1
+    with pytest.raises(ValueError, match="dilation_cycle"):
+        ConvConfig(num_hidden_layers=4)
+    with pytest.raises(ValueError, match="kernel_size"):
+        ConvConfig(kernel_size=0)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"kernel_size": 3, "num_blocks": 1}])
+def test_a_position_reads_exactly_the_last_R_tokens(overrides):
+    """Changing token p moves the outputs at p, ..., p + R - 1 and no other: one within R changes the prediction,
+    one further back does not change it at all. (Wide enough that no change dies in both ReLUs: a ReLU that stays
+    off can hide one, so with 6 skip channels about one position in 64 would look unmoved.)"""
+    model = tiny_model(hidden_size=16, skip_channels=32, **overrides)
+    R = model.config.receptive_field
+    ids = random_ids(2 * R + 5)
+    with torch.no_grad():
+        base = model(ids).logits
+        for p in (0, 3, R):
+            other = ids.clone()
+            other[0, p] = FIRST_WORD + (ids[0, p] + 1 - FIRST_WORD) % (40 - FIRST_WORD)
+            moved = (model(other).logits != base).any(-1)[0]
+            assert moved.nonzero().flatten().tolist() == list(range(p, min(p + R, ids.shape[1]))), p
+
+
+def test_generation_past_the_receptive_field_equals_recomputation():
+    """A prompt longer than R: the queues keep all the model reads, so cached greedy and beam search equal the
+    uncached runs, and prompts that differ only before their last R tokens continue alike."""
+    model = tiny_model()
+    R = model.config.receptive_field
+    prompt = random_ids(2 * R, batch_size=2)
+    kwargs = dict(max_new_tokens=6, min_new_tokens=6, pad_token_id=0)
+    with torch.no_grad():
+        for extra in ({"do_sample": False}, {"do_sample": False, "num_beams": 3}):
+            cached = model.generate(prompt, **kwargs, **extra)
+            assert torch.equal(cached, model.generate(prompt, use_cache=False, **kwargs, **extra)), extra
+        other = prompt.clone()
+        other[:, : R - 1] = FIRST_WORD  # everything but the last R + 1 tokens
+        greedy = model.generate(prompt, do_sample=False, **kwargs)
+        assert torch.equal(model.generate(other, do_sample=False, **kwargs)[:, 2 * R :], greedy[:, 2 * R :])
+
+
+def test_state_holds_each_layers_last_inputs():
+    model = tiny_model()
+    ids = random_ids(20, batch_size=2)
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+    state = out.past_key_values
+    assert isinstance(state, ConvState) and state.get_seq_length() == 20
+    assert state.hidden.shape == (2, model.config.receptive_field - 1, 8)
+    # the first layer's queue (dilation 1, k = 2) is the last token's embedding
+    torch.testing.assert_close(state.hidden[:, :1], model.model.embed_tokens(ids[:, -1:]))
+    state.reorder_cache(torch.tensor([1, 1]))
+    assert torch.equal(state.hidden[0], state.hidden[1])
+
+
+def test_one_token_steps_equal_the_full_forward():
+    model = tiny_model()
+    ids = random_ids(25, batch_size=2)
+    with torch.no_grad():
+        full = model(ids).logits
+        state, steps = None, []
+        for t in range(ids.shape[1]):
+            out = model(ids[:, t : t + 1], past_key_values=state, use_cache=True)
+            steps.append(out.logits)
+            state = out.past_key_values
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-6)
+
+
+def count_conv_positions(model):
+    """The positions every CausalConv1d reads, summed over its calls (a forward hook)."""
+    counts = [0]
+
+    def hook(module, args, output):
+        counts[0] += output.shape[1]
+
+    for module in model.modules():
+        if isinstance(module, CausalConv1d):
+            module.register_forward_hook(hook)
+    return counts
+
+
+def test_a_generated_token_costs_one_step_per_layer_whatever_the_context():
+    """Fast WaveNet: after the prompt, each new token is one position through each layer's convolution, for a short
+    prompt and for one far longer than R; without the cache the cost grows with the context."""
+    model = tiny_model()
+    layers, new = model.config.num_hidden_layers, 5
+    kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+    for length in (4, 3 * model.config.receptive_field):
+        counts = count_conv_positions(model)
+        with torch.no_grad():
+            model.generate(random_ids(length), **kwargs)
+        # the prompt once, then one position per layer for each token after the first
+        assert counts[0] == layers * (length + new - 1), length
+        for module in model.modules():
+            module._forward_hooks.clear()
+    counts = count_conv_positions(model)
+    with torch.no_grad():
+        model.generate(random_ids(4), use_cache=False, **kwargs)
+    assert counts[0] == layers * sum(4 + i for i in range(new))
+
+
+def test_foreign_or_mismatched_state_is_refused():
+    model = tiny_model()
+    with pytest.raises(TypeError, match="ConvState"):
+        model(torch.tensor([[4, 5]]), past_key_values=(torch.zeros(1),))
+    other = tiny_model(num_blocks=1)
+    with torch.no_grad():
+        state = other(torch.tensor([[4, 5]]), use_cache=True).past_key_values
+    with pytest.raises(ValueError, match="receptive field"):
+        model(torch.tensor([[6]]), past_key_values=state)
+
+
+def test_base_model_returns_every_layers_input():
+    model = ConvModel(tiny_model().config).eval()
+    with torch.no_grad():
+        out = model(random_ids(9), output_hidden_states=True)
+    assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+    assert out.hidden_states[-1] is out.last_hidden_state

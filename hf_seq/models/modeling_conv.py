@@ -1,0 +1,225 @@
+"""A language model made of causal dilated convolutions: the stack of WaveNet (van den Oord et al. 2016, "WaveNet: A
+Generative Model for Raw Audio"), reading token embeddings where WaveNet reads audio samples.
+
+Layer l, dilation d_l (1, 2, 4, ..., doubling within a cycle), kernel k (WaveNet: 2), input x_l (B, T, C):
+
+    z_l = tanh(W_f,l * x_l) ⊙ σ(W_g,l * x_l)        * : causal convolution, k taps spaced d_l apart
+    x_{l+1} = x_l + R_l z_l                           R_l, S_l: 1x1 convolutions (position-wise linear maps)
+    s_l = S_l z_l
+    logits = U ReLU(P ReLU(sum_l s_l)) + b
+
+The stack sees R = (k - 1) * sum_l d_l + 1 tokens (`config.receptive_field`) and no more. Padding reads as zeros at
+every layer's input, as positions before the first token do, so a padded row computes what it computes alone.
+
+Generation (Paine et al. 2016, "Fast Wavenet Generation Algorithm"): each layer keeps a queue of its last (k-1) d_l
+inputs, R - 1 vectors in all (a `ConvState`, returned under the cache field and taken back). A new token then costs
+one k-tap convolution per layer, whatever the length of the context, where recomputing would redo the whole prefix.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import can_return_tuple
+
+from .configuration_conv import ConvConfig
+from .convolution import CausalConv1d
+from .state import RecurrentState
+from .utils import (
+    CheckedGenerationMixin,
+    CheckedPreTrainedModel,
+    cache_argument,
+    cache_field,
+    cache_of,
+    check_attention_mask,
+    check_input_ids,
+)
+
+
+@dataclass(eq=False)
+class ConvState(RecurrentState):
+    """The model's whole memory: `hidden` (B, R - 1, C) holds each layer's queue of its last (k-1) d_l inputs, oldest
+    first, the layers one after the other along dimension 1; zeros where there was no token (before the first, and
+    padding). `seen_tokens` counts the positions consumed (padding included)."""
+
+    batch_dims: ClassVar[dict[str, int]] = {"hidden": 0}
+
+
+class ConvLayer(GradientCheckpointingLayer):
+    """z = tanh(W_f * x) ⊙ σ(W_g * x); returns (x + R z, S z). The last layer has no R: its residual output would
+    feed nothing, only its skip reaches the output."""
+
+    def __init__(self, config: ConvConfig, dilation: int, is_last: bool):
+        super().__init__()
+        # W_f and W_g as one convolution with 2C outputs: one queue per layer serves both
+        self.dilated_conv = CausalConv1d(config.hidden_size, 2 * config.hidden_size, config.kernel_size, dilation)
+        self.dropout = nn.Dropout(config.dropout)
+        self.residual_proj = None if is_last else nn.Linear(config.hidden_size, config.hidden_size)  # R
+        self.skip_proj = nn.Linear(config.hidden_size, config.skip_channels)  # S
+
+    def forward(self, x: torch.Tensor, queue: torch.Tensor | None = None):
+        """x (B, T, C); `queue` (B, (k-1) d, C): this layer's inputs before x (None: the sequence starts here)."""
+        filter_, gate = self.dilated_conv(x, queue).chunk(2, dim=-1)
+        z = self.dropout(torch.tanh(filter_) * torch.sigmoid(gate))
+        residual = None if self.residual_proj is None else x + self.residual_proj(z)
+        return residual, self.skip_proj(z)
+
+
+class ConvPreTrainedModel(CheckedPreTrainedModel):
+    config_class = ConvConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["ConvLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _is_stateful = True  # generate refuses assisted decoding: the queues cannot be rewound to drop rejected tokens
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model keeps its own ConvState; generate must not build a key/value cache
+
+
+class ConvModel(ConvPreTrainedModel):
+    """Token embeddings (B, T, C), the gated dilated layers, and ReLU(P ReLU(sum of skips)) (B, T, C): the input of
+    the output head. `hidden_states` (with `output_hidden_states=True`): every layer's input, then that output."""
+
+    def __init__(self, config: ConvConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        dilations = config.dilations
+        self.layers = nn.ModuleList(
+            ConvLayer(config, dilation, is_last=i == len(dilations) - 1) for i, dilation in enumerate(dilations)
+        )
+        self.output_proj = nn.Linear(config.skip_channels, config.hidden_size)  # P
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def _layer_queues(self, state: ConvState | None, batch_size: int) -> list[torch.Tensor | None]:
+        """Each layer's queue, cut from the state (None for a sequence that starts here)."""
+        if state is None:
+            return [None] * len(self.layers)
+        sizes = [layer.dilated_conv.queue_size for layer in self.layers]
+        expected = (batch_size, sum(sizes), self.config.hidden_size)
+        if tuple(state.hidden.shape) != expected:
+            raise ValueError(
+                f"ConvModel: the ConvState holds {tuple(state.hidden.shape)}, this model keeps {expected} = (batch, "
+                f"receptive_field - 1, hidden_size): the receptive field is {self.config.receptive_field} tokens. A "
+                "state from another batch or another configuration cannot continue here."
+            )
+        return list(state.hidden.split(sizes, dim=1))
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: ConvState | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (which every layer reads as zeros).
+        `past_key_values`: the `ConvState` a previous call returned (None: the sequence starts here)."""
+        past_key_values = cache_argument(past_key_values, kwargs)
+        config = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("ConvModel: pass exactly one of input_ids or inputs_embeds.")
+        if past_key_values is not None and not isinstance(past_key_values, ConvState):
+            raise TypeError(
+                f"ConvModel: past_key_values must be the ConvState a previous call returned, not "
+                f"{type(past_key_values).__name__} (a convolution stack keeps queues of past inputs, not keys/values)."
+            )
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch_size, seq_len, _ = inputs_embeds.shape
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        check_attention_mask(attention_mask, batch_size, past_length + seq_len)
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError("ConvModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
+        keep = None if attention_mask is None else attention_mask[:, -seq_len:, None].to(inputs_embeds.dtype)
+        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+        hidden_states, skips = inputs_embeds, 0
+        all_hidden_states, queues = [], []
+        for layer, queue in zip(self.layers, self._layer_queues(past_key_values, batch_size)):
+            all_hidden_states.append(hidden_states)
+            x = hidden_states if keep is None else hidden_states * keep  # padding reads as no input, like t < 0
+            if use_cache:
+                queues.append(layer.dilated_conv.queue_after(x, queue))
+            hidden_states, skip = layer(x, queue=queue)
+            skips = skips + skip
+        output = nn.functional.relu(self.output_proj(nn.functional.relu(skips)))  # ReLU(P ReLU(sum_l s_l))
+        all_hidden_states.append(output)
+
+        state = None
+        if use_cache:
+            state = ConvState(torch.cat(queues, 1), seen_tokens=past_length + seq_len)
+        return BaseModelOutputWithPast(
+            last_hidden_state=output,
+            **cache_field(state),
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+        )
+
+
+class ConvForCausalLM(ConvPreTrainedModel, CheckedGenerationMixin):
+    """logits = U ReLU(P ReLU(sum_l s_l)) + b at every position: the next-token logits. `lm_head` is U and b (WaveNet's
+    last 1x1 convolution); with tied embeddings U is the token embedding table."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: ConvConfig):
+        super().__init__(config)
+        self.model = ConvModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: ConvState | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
+        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(outputs.last_hidden_state[:, keep, :])
+        loss = None
+        if labels is not None:
+            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
+        )
+
+
+__all__ = ["ConvState", "ConvLayer", "ConvPreTrainedModel", "ConvModel", "ConvForCausalLM"]
