@@ -207,6 +207,18 @@ def test_state_holds_each_layers_last_inputs():
     assert torch.equal(state.hidden[0], state.hidden[1])
 
 
+def test_a_call_continues_from_the_state_under_either_name():
+    """transformers >= 5.24 names the cache argument `cache`; older versions `past_key_values`."""
+    model = tiny_model()
+    ids = random_ids(12)
+    with torch.no_grad():
+        full = model(ids).logits
+        state = model(ids[:, :8], use_cache=True).past_key_values
+        for name in ("past_key_values", "cache"):
+            rest = model(ids[:, 8:], use_cache=True, **{name: state}).logits
+            torch.testing.assert_close(rest, full[:, 8:], rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_one_token_steps_equal_the_full_forward():
     model = tiny_model()
     ids = random_ids(25, batch_size=2)
@@ -220,17 +232,23 @@ def test_one_token_steps_equal_the_full_forward():
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-6)
 
 
-def count_conv_positions(model):
-    """The positions every CausalConv1d reads, summed over its calls (a forward hook)."""
-    counts = [0]
+class ConvPositions:
+    """Within the block, counts the positions every CausalConv1d of `model` computes, summed over its calls."""
 
-    def hook(module, args, output):
-        counts[0] += output.shape[1]
+    def __init__(self, model):
+        self.model, self.count = model, 0
 
-    for module in model.modules():
-        if isinstance(module, CausalConv1d):
-            module.register_forward_hook(hook)
-    return counts
+    def __enter__(self):
+        convs = [m for m in self.model.modules() if isinstance(m, CausalConv1d)]
+        self.handles = [conv.register_forward_hook(self.hook) for conv in convs]
+        return self
+
+    def hook(self, module, args, output):
+        self.count += output.shape[1]
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
 
 
 def test_a_generated_token_costs_one_step_per_layer_whatever_the_context():
@@ -240,17 +258,13 @@ def test_a_generated_token_costs_one_step_per_layer_whatever_the_context():
     layers, new = model.config.num_hidden_layers, 5
     kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
     for length in (4, 3 * model.config.receptive_field):
-        counts = count_conv_positions(model)
-        with torch.no_grad():
+        with ConvPositions(model) as positions, torch.no_grad():
             model.generate(random_ids(length), **kwargs)
         # the prompt once, then one position per layer for each token after the first
-        assert counts[0] == layers * (length + new - 1), length
-        for module in model.modules():
-            module._forward_hooks.clear()
-    counts = count_conv_positions(model)
-    with torch.no_grad():
+        assert positions.count == layers * (length + new - 1), length
+    with ConvPositions(model) as positions, torch.no_grad():
         model.generate(random_ids(4), use_cache=False, **kwargs)
-    assert counts[0] == layers * sum(4 + i for i in range(new))
+    assert positions.count == layers * sum(4 + i for i in range(new))
 
 
 def test_foreign_or_mismatched_state_is_refused():
