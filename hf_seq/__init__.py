@@ -10,6 +10,7 @@ _ELSEWHERE = {
     "BahdanauState": "modeling_bahdanau",
     "ConvState": "modeling_conv",
     "RecurrentState": "state",
+    "SSMState": "state",
     "WindowState": "modeling_window",
 }
 
@@ -73,6 +74,11 @@ __all__ = [
     "RNNForTokenClassification",
     "RNNModel",
     "RecurrentState",
+    "SSMConfig",
+    "SSMForCausalLM",
+    "SSMForSequenceClassification",
+    "SSMModel",
+    "SSMState",
     "TransformerConfig",
     "TransformerForConditionalGeneration",
     "TransformerModel",

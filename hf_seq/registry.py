@@ -108,6 +108,16 @@ FAMILIES: tuple[Family, ...] = (
         "WindowConfig",
         {"AutoModel": "WindowModel", "AutoModelForCausalLM": "WindowForCausalLM"},
     ),
+    Family(
+        "ssm",
+        "hf_seq_ssm",
+        "SSMConfig",
+        {
+            "AutoModel": "SSMModel",
+            "AutoModelForCausalLM": "SSMForCausalLM",
+            "AutoModelForSequenceClassification": "SSMForSequenceClassification",
+        },
+    ),
     Family("conv", "hf_seq_conv", "ConvConfig", {"AutoModel": "ConvModel", "AutoModelForCausalLM": "ConvForCausalLM"}),
 )
 

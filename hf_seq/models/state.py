@@ -79,4 +79,20 @@ class RecurrentState:
         return self.hidden, self.cell
 
 
-__all__ = ["RecurrentState"]
+@dataclass(eq=False)
+class SSMState(RecurrentState):
+    """A state-space model's state, of fixed size whatever the context (transformers' Mamba cache holds the same two
+    parts per layer): `hidden` holds every layer's SSM state (num_layers, B, channels, modes), complex for a complex
+    S4D; `cell` the short convolution's last kernel - 1 inputs (num_layers, B, kernel - 1, channels) in Mamba, None
+    in S4D, which has no such convolution."""
+
+    @property
+    def ssm_states(self) -> torch.Tensor:
+        return self.hidden
+
+    @property
+    def conv_states(self) -> torch.Tensor | None:
+        return self.cell
+
+
+__all__ = ["RecurrentState", "SSMState"]

@@ -1,0 +1,135 @@
+"""Configuration of the state-space family: S4D (Gu et al. 2022) and Mamba (Gu and Dao 2023) language models."""
+
+import dataclasses
+import math
+
+from transformers import PreTrainedConfig
+
+from .config_utils import (
+    check_choice,
+    check_common_values,
+    check_positive,
+    check_probability,
+    fill_auto_map,
+    resolve_options,
+)
+
+# Defined here, not in scan.py, so that the config imports without torch.
+SSM_TYPES = ("s4d", "mamba")
+S4D_INITS = ("lin", "inv", "real")
+S4D_OUTPUTS = ("glu", "linear")
+# options that only one block reads: setting one for the other block is refused
+S4D_OPTIONS = ("s4d_init", "s4d_output")
+MAMBA_OPTIONS = (
+    "expand",
+    "conv_kernel",
+    "time_step_rank",
+    "time_step_floor",
+    "use_bias",
+    "use_conv_bias",
+    "residual_in_fp32",
+    "scan_chunk_size",
+)
+DEFAULT_STATE_SIZE = {"s4d": 64, "mamba": 16}
+
+
+class SSMConfig(PreTrainedConfig):
+    """A stack of state-space blocks over token embeddings, with a (tied) output embedding.
+
+    - `ssm_type`: `s4d` (a linear time-invariant diagonal SSM over the `hidden_size` channels, trained as a long
+      convolution, Gu et al. 2022) or `mamba` (the selective SSM, whose step size and B, C depend on the input, Gu
+      and Dao 2023). models/scan.py states the equations of both.
+    - `state_size` N (default 64 for s4d, 16 for mamba): the state per channel. A complex S4D keeps N/2 modes, whose
+      conjugates make up the other half.
+    - `time_step_min`, `time_step_max`: the step size Delta is initialised log-uniformly between them (both blocks);
+      Mamba clamps it at `time_step_floor`.
+    - S4D only: `s4d_init`, the diagonal A: `lin` (S4D-Lin, A_n = -1/2 + i pi n), `inv` (S4D-Inv,
+      A_n = -1/2 + i N/pi (N/(2n+1) - 1)) or `real` (S4D-Real, A_n = -(n+1)); `s4d_output`, the position-wise
+      layer after the GELU: `glu` (a linear to 2H and a GLU, as the paper's reference) or `linear`.
+    - Mamba only (transformers' `MambaConfig` names): `expand` (the inner width E = expand * hidden_size),
+      `conv_kernel` (the short causal convolution), `time_step_rank` (the rank of Delta's projection, default
+      ceil(hidden_size / 16)), `use_bias` (in_proj and out_proj), `use_conv_bias`, `residual_in_fp32` (the residual
+      stream kept in float32 under half precision), `scan_chunk_size` (the steps the training scan computes at once;
+      a computation setting, the outputs do not depend on it).
+    - `hidden_dropout` on each block's output before the residual sum (and, in S4D, after the GELU);
+      `classifier_dropout` (default `hidden_dropout`) before the sequence classifier.
+    - Aliases: `num_layers` for `num_hidden_layers`, `d_state` for `state_size`, `d_conv` for `conv_kernel`,
+      `layer_norm_epsilon` for `layer_norm_eps`.
+    """
+
+    model_type = "hf_seq_ssm"
+    attribute_map = {
+        "num_layers": "num_hidden_layers",
+        "d_state": "state_size",
+        "d_conv": "conv_kernel",
+        "layer_norm_epsilon": "layer_norm_eps",
+    }
+
+    vocab_size: int = 10000
+    hidden_size: int = 256
+    num_hidden_layers: int = 4
+    ssm_type: str = "mamba"
+    state_size: int | None = None
+    time_step_min: float = 0.001
+    time_step_max: float = 0.1
+    s4d_init: str = "lin"
+    s4d_output: str = "glu"
+    expand: int = 2
+    conv_kernel: int = 4
+    time_step_rank: int | None = None
+    time_step_floor: float = 1e-4
+    use_bias: bool = False
+    use_conv_bias: bool = True
+    residual_in_fp32: bool = True
+    scan_chunk_size: int = 32
+    layer_norm_eps: float = 1e-5
+    hidden_dropout: float = 0.0
+    classifier_dropout: float | None = None
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+
+    def __post_init__(self, **kwargs):
+        resolve_options(self, kwargs)
+        check_choice(self, "ssm_type", SSM_TYPES)
+        check_choice(self, "s4d_init", S4D_INITS)
+        check_choice(self, "s4d_output", S4D_OUTPUTS)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        others = MAMBA_OPTIONS if self.ssm_type == "s4d" else S4D_OPTIONS
+        for name in others:
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(
+                    f"SSMConfig: {name}={getattr(self, name)!r} does not apply to ssm_type={self.ssm_type!r}; options "
+                    f"of the other block: {list(others)}. Leave it at its default ({defaults[name]!r})."
+                )
+        if self.state_size is None:
+            self.state_size = DEFAULT_STATE_SIZE[self.ssm_type]
+        if self.ssm_type == "mamba" and self.time_step_rank is None:
+            self.time_step_rank = math.ceil(self.hidden_size / 16)  # MambaConfig's "auto"
+        positive = ["vocab_size", "hidden_size", "num_hidden_layers", "state_size", "expand", "conv_kernel"]
+        check_positive(self, *positive, "scan_chunk_size", *(["time_step_rank"] if self.ssm_type == "mamba" else []))
+        if self.ssm_type == "s4d" and self.s4d_init != "real" and self.state_size % 2:
+            raise ValueError(
+                f"SSMConfig: state_size={self.state_size} must be even for s4d_init={self.s4d_init!r}: a complex S4D "
+                "keeps N/2 modes and their conjugates. Use an even state_size, or s4d_init='real'."
+            )
+        if not 0 < self.time_step_min <= self.time_step_max:
+            raise ValueError(
+                f"SSMConfig: need 0 < time_step_min <= time_step_max, got {self.time_step_min!r} and "
+                f"{self.time_step_max!r}."
+            )
+        check_probability(self, "hidden_dropout", "classifier_dropout")
+        super().__post_init__(**kwargs)
+        check_common_values(self)
+        fill_auto_map(self)
+
+    @property
+    def intermediate_size(self) -> int:
+        """The channels the SSM runs over: expand * hidden_size in Mamba, hidden_size in S4D."""
+        return self.expand * self.hidden_size if self.ssm_type == "mamba" else self.hidden_size
+
+
+__all__ = ["SSMConfig"]

@@ -1,0 +1,379 @@
+"""State-space language models: S4D (Gu, Gupta, Goel and Re 2022) and Mamba (Gu and Dao 2023) blocks over token
+embeddings, chosen by `SSMConfig.ssm_type`. models/scan.py states the SSM equations and computes them.
+
+h_0 = E[x]
+h_l = h_{l-1} + Dropout(Mixer_l(Norm(h_{l-1})))      (pre-norm residual blocks)
+p(x_{t+1} | x_{<=t}) = softmax(Norm(h_L) E^T)         (tied input and output embeddings)
+
+The S4D mixer is the block of the paper's reference code, with LayerNorm as Norm:
+
+    y = GELU(SSM(u)),   Mixer(u) = GLU(W y + b)   (or W y + b with s4d_output="linear")
+
+The Mamba mixer, with RMSNorm as Norm (transformers' `MambaMixer`, whose weights hf_seq.convert maps onto these by
+name):
+
+    (x, z) = W_in u,   x = SiLU(conv1d(x)),   y = SelectiveSSM(x),   Mixer(u) = W_out (y * SiLU(z))
+
+conv1d is causal and depthwise (one filter of `conv_kernel` taps per channel: models/convolution.py).
+
+A call returns the state after its last token (an `SSMState`, under `past_key_values`) and accepts it back. The
+sequence modes (S4D's FFT convolution, Mamba's chunked scan) read the prompt; the recurrent modes read one token per
+generate() step, at a cost that does not grow with the context. Padding: the SSM's input (and Mamba's convolution
+input) is zeroed at padded positions, so a left-padded row's state stays zero until its first real token, and every
+row computes what it computes alone.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    SequenceClassifierOutputWithPast,
+)
+from transformers.utils import can_return_tuple
+
+from .configuration_ssm import SSMConfig
+from .convolution import CausalConv1d
+from .layers import make_norm
+from .scan import s4d_convolution, s4d_step, selective_scan, selective_step, zoh_discretize
+from .state import SSMState
+from .utils import (
+    CheckedGenerationMixin,
+    CheckedPreTrainedModel,
+    cache_argument,
+    cache_field,
+    cache_of,
+    check_attention_mask,
+    check_input_ids,
+    last_token_indices,
+    sequence_classification_loss,
+)
+
+
+class S4DMixer(nn.Module):
+    """The diagonal SSM over the H channels, a GELU and the output layer. Continuous parameters per channel h and
+    mode m: A = -exp(A_log) (+ i A_imag for complex modes), B, C (complex ones stored as (..., 2) real pairs), the
+    skip D and the step size Delta = exp(log_dt)."""
+
+    def __init__(self, config: SSMConfig):
+        super().__init__()
+        channels, self.complex = config.hidden_size, config.s4d_init != "real"
+        modes = config.state_size // 2 if self.complex else config.state_size
+        shape = (channels, modes, 2) if self.complex else (channels, modes)
+        self.log_dt = nn.Parameter(torch.empty(channels))
+        self.A_log = nn.Parameter(torch.empty(channels, modes))
+        self.A_imag = nn.Parameter(torch.empty(channels, modes)) if self.complex else None
+        self.B = nn.Parameter(torch.empty(shape))
+        self.C = nn.Parameter(torch.empty(shape))
+        self.D = nn.Parameter(torch.empty(channels))
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.glu = config.s4d_output == "glu"
+        self.out_proj = nn.Linear(channels, 2 * channels if self.glu else channels)
+
+    @torch.no_grad()
+    def init_ssm_parameters(self, config: SSMConfig):
+        """S4D-Lin A_n = -1/2 + i pi n, S4D-Inv A_n = -1/2 + i N/pi (N/(2n+1) - 1), S4D-Real A_n = -(n+1); B = 1,
+        C ~ N(0, 1) (complex: variance 1/2 per part), D ~ N(0, 1), Delta log-uniform in [time_step_min, max]."""
+        channels, modes = self.A_log.shape
+        n = torch.arange(modes, dtype=torch.float32).expand(channels, modes)
+        if self.complex:
+            init.copy_(self.A_log, torch.full((channels, modes), math.log(0.5)))
+            size = config.state_size
+            imag = math.pi * n if config.s4d_init == "lin" else size / math.pi * (size / (2 * n + 1) - 1)
+            init.copy_(self.A_imag, imag)
+            init.copy_(self.B, torch.stack([torch.ones(channels, modes), torch.zeros(channels, modes)], -1))
+            init.copy_(self.C, torch.randn(channels, modes, 2) * 0.5**0.5)
+        else:
+            init.copy_(self.A_log, torch.log(n + 1))
+            init.ones_(self.B)
+            init.copy_(self.C, torch.randn(channels, modes))
+        init.copy_(self.D, torch.randn(channels))
+        low, high = math.log(config.time_step_min), math.log(config.time_step_max)
+        init.copy_(self.log_dt, torch.rand(channels) * (high - low) + low)
+
+    def discretized(self):
+        """Delta A (the log of A_bar), B_bar and C, complex for complex modes, in float32."""
+        A, B, C = -torch.exp(self.A_log.float()), self.B.float(), self.C.float()
+        if self.complex:
+            A = torch.complex(A, self.A_imag.float())
+            B, C = torch.view_as_complex(B), torch.view_as_complex(C)
+        dt_A, B_bar = zoh_discretize(self.log_dt.float(), A, B)
+        return dt_A, B_bar, C
+
+    def forward(self, hidden_states, mask=None, ssm_state=None, conv_state=None, return_state=False):
+        """hidden_states (B, T, H) -> (B, T, H), the SSM state (B, H, M) after the last token (None unless asked,
+        or when given one token and a state: the recurrent mode), and no convolution state."""
+        u = hidden_states if mask is None else hidden_states * mask[..., None]
+        u = u.float().transpose(1, 2)  # (B, H, T)
+        dt_A, B_bar, C = self.discretized()
+        if ssm_state is not None and u.shape[-1] == 1:
+            y, ssm_state = s4d_step(u[..., 0], dt_A, B_bar, C, self.D.float(), ssm_state)
+            y = y[..., None]
+        else:
+            y, ssm_state = s4d_convolution(u, dt_A, B_bar, C, self.D.float(), ssm_state, return_state)
+        y = self.dropout(F.gelu(y.transpose(1, 2).to(hidden_states.dtype)))
+        y = self.out_proj(y)
+        return (F.glu(y, dim=-1) if self.glu else y), ssm_state, None
+
+
+class MambaMixer(nn.Module):
+    """The selective SSM block. `in_proj` (H -> 2E: x and the gate z), `conv1d` (causal and depthwise, `conv_kernel`
+    taps; it reads the last kernel - 1 inputs before the sequence from its queue, zeros at the start), `x_proj`
+    (E -> R + 2N: Delta's low-rank input, B, C), `dt_proj` (R -> E, with b_Delta), `A_log` (E, N), `D` (E,),
+    `out_proj` (E -> H): the names and layouts of transformers' MambaMixer."""
+
+    def __init__(self, config: SSMConfig):
+        super().__init__()
+        hidden, inner, size = config.hidden_size, config.intermediate_size, config.state_size
+        self.split = (config.time_step_rank, size, size)
+        self.chunk_size = config.scan_chunk_size
+        self.in_proj = nn.Linear(hidden, 2 * inner, bias=config.use_bias)
+        self.conv1d = CausalConv1d(inner, inner, config.conv_kernel, groups=inner, bias=config.use_conv_bias)
+        self.x_proj = nn.Linear(inner, config.time_step_rank + 2 * size, bias=False)
+        self.dt_proj = nn.Linear(config.time_step_rank, inner)
+        self.A_log = nn.Parameter(torch.empty(inner, size))
+        self.D = nn.Parameter(torch.empty(inner))
+        self.out_proj = nn.Linear(inner, hidden, bias=config.use_bias)
+
+    @torch.no_grad()
+    def init_ssm_parameters(self, config: SSMConfig):
+        """S4D-Real A_n = -(n+1), D = 1; Delta = softplus(b_Delta) log-uniform in [time_step_min, time_step_max]
+        (at least time_step_floor), W_Delta ~ U(+-1/sqrt(R)); conv1d and out_proj as PyTorch initialises them."""
+        inner, size = self.A_log.shape
+        init.copy_(self.A_log, torch.log(torch.arange(1, size + 1, dtype=torch.float32)).expand(inner, size))
+        init.ones_(self.D)
+        bound = config.time_step_rank**-0.5
+        init.uniform_(self.dt_proj.weight, -bound, bound)
+        low, high = math.log(config.time_step_min), math.log(config.time_step_max)
+        dt = torch.exp(torch.rand(inner) * (high - low) + low).clamp(min=config.time_step_floor)
+        init.copy_(self.dt_proj.bias, dt + torch.log(-torch.expm1(-dt)))  # softplus^{-1}(dt)
+        init.kaiming_uniform_(self.conv1d.weight, a=math.sqrt(5))
+        if self.conv1d.bias is not None:
+            init.zeros_(self.conv1d.bias)
+        init.kaiming_uniform_(self.out_proj.weight, a=math.sqrt(5))
+
+    def forward(self, hidden_states, mask=None, ssm_state=None, conv_state=None, return_state=False):
+        """hidden_states (B, T, H) -> (B, T, H), the SSM state (B, E, N) and the convolution's queue, its last
+        kernel - 1 inputs (B, kernel - 1, E), after the last token (the queue None unless asked)."""
+        x, z = self.in_proj(hidden_states).chunk(2, dim=-1)  # (B, T, E) each
+        if mask is not None:
+            x = x * mask[..., None]
+        queue = self.conv1d.queue_after(x, conv_state) if return_state else None
+        x = F.silu(self.conv1d(x, conv_state))
+        if mask is not None:
+            x = x * mask[..., None]
+        dt, B, C = self.x_proj(x).split(self.split, dim=-1)  # (B, T, R), (B, T, N), (B, T, N)
+        delta = F.softplus(self.dt_proj(dt)).transpose(1, 2)  # (B, E, T)
+        x, A = x.transpose(1, 2), -torch.exp(self.A_log.float())  # (B, E, T), (E, N)
+        if ssm_state is not None and x.shape[-1] == 1:
+            y, ssm_state = selective_step(x[..., 0], delta[..., 0], A, B[:, 0], C[:, 0], self.D, ssm_state)
+            y = y[..., None]
+        else:
+            y, ssm_state = selective_scan(x, delta, A, B, C, self.D, ssm_state, self.chunk_size)
+        y = y.transpose(1, 2) * F.silu(z)
+        return self.out_proj(y), ssm_state, queue
+
+
+class SSMBlock(GradientCheckpointingLayer):
+    """h + Dropout(Mixer(Norm(h))): LayerNorm and the S4D mixer, or RMSNorm and the Mamba mixer."""
+
+    def __init__(self, config: SSMConfig, layer_idx: int):
+        super().__init__()
+        mamba = config.ssm_type == "mamba"
+        self.layer_idx = layer_idx
+        self.norm = make_norm("rmsnorm" if mamba else "layernorm", config.hidden_size, config.layer_norm_eps)
+        self.mixer = MambaMixer(config) if mamba else S4DMixer(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.residual_in_fp32 = mamba and config.residual_in_fp32
+
+    def forward(self, hidden_states, mask=None, ssm_state=None, conv_state=None, return_state=False):
+        residual = hidden_states.float() if self.residual_in_fp32 else hidden_states
+        normed = self.norm(hidden_states.to(self.norm.weight.dtype))
+        out, ssm_state, conv_state = self.mixer(normed, mask, ssm_state, conv_state, return_state)
+        return residual + self.dropout(out), ssm_state, conv_state
+
+
+class SSMPreTrainedModel(CheckedPreTrainedModel):
+    config_class = SSMConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["SSMBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _is_stateful = True  # generate refuses assisted decoding: a state cannot be rewound to drop rejected tokens
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model creates its own SSMState; generate must not build a key/value cache
+
+    def _init_weights(self, module):
+        super()._init_weights(module)  # linears and embeddings N(0, initializer_range), biases 0, norms 1
+        if isinstance(module, (S4DMixer, MambaMixer)):  # after its linears: the mixer's own init wins
+            module.init_ssm_parameters(self.config)
+
+
+class SSMModel(SSMPreTrainedModel):
+    """Embeddings, the blocks and the final norm; returns the normalised top states (B, T, H) and the `SSMState`
+    after the last token."""
+
+    def __init__(self, config: SSMConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(SSMBlock(config, i) for i in range(config.num_hidden_layers))
+        norm_type = "rmsnorm" if config.ssm_type == "mamba" else "layernorm"
+        self.norm = make_norm(norm_type, config.hidden_size, config.layer_norm_eps)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: SSMState | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (either side). `past_key_values`: the
+        state a previous call returned (None: zeros)."""
+        past_key_values = cache_argument(past_key_values, kwargs)
+        config = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("SSMModel: pass exactly one of input_ids or inputs_embeds.")
+        if past_key_values is not None and not isinstance(past_key_values, SSMState):
+            raise TypeError(
+                f"SSMModel: past_key_values must be the SSMState a previous call returned, not "
+                f"{type(past_key_values).__name__} (a state-space model keeps no key/value cache)."
+            )
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch_size, seq_len = inputs_embeds.shape[:2]
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        check_attention_mask(attention_mask, batch_size, past_length + seq_len)
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError("SSMModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
+        mask = attention_mask[:, -seq_len:].to(inputs_embeds.dtype) if attention_mask is not None else None
+        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+        hidden_states, all_hidden_states, ssm_states, conv_states = inputs_embeds, [inputs_embeds], [], []
+        for i, layer in enumerate(self.layers):
+            ssm_state, conv_state = None, None
+            if past_key_values is not None:
+                ssm_state, conv_state = past_key_values.ssm_states[i], past_key_values.conv_states
+                conv_state = conv_state[i] if conv_state is not None else None
+            hidden_states, ssm_state, conv_state = layer(hidden_states, mask, ssm_state, conv_state, use_cache)
+            all_hidden_states.append(hidden_states)
+            ssm_states.append(ssm_state)
+            conv_states.append(conv_state)
+        hidden_states = self.norm(hidden_states.to(self.norm.weight.dtype))
+        all_hidden_states[-1] = hidden_states  # the last entry is the output, as in transformers' models
+        state = None
+        if use_cache:
+            conv = torch.stack(conv_states) if config.ssm_type == "mamba" else None
+            state = SSMState(torch.stack(ssm_states), conv, seen_tokens=past_length + seq_len)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            **cache_field(state),
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+        )
+
+
+class SSMForCausalLM(SSMPreTrainedModel, CheckedGenerationMixin):
+    """Predicts token t+1 from the top state at t through the (tied) output embedding."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: SSMConfig):
+        super().__init__(config)
+        self.model = SSMModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: SSMState | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
+        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(outputs.last_hidden_state[:, keep, :])
+        loss = None
+        if labels is not None:
+            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
+        )
+
+
+class SSMForSequenceClassification(SSMPreTrainedModel):
+    """Classifies a sequence from the top state at its last real token (the only one that has read them all)."""
+
+    def __init__(self, config: SSMConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = SSMModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutputWithPast:
+        outputs = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, use_cache=False, **kwargs
+        )
+        hidden_states = outputs.last_hidden_state
+        last = last_token_indices(input_ids, attention_mask, self.config.pad_token_id, hidden_states.shape[0])
+        pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+        logits = self.score(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.loss_function, logits, labels, self.config, num_items_in_batch)
+        return SequenceClassifierOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+
+__all__ = ["SSMPreTrainedModel", "SSMModel", "SSMForCausalLM", "SSMForSequenceClassification"]
