@@ -43,6 +43,23 @@ class TestGPTEager(TestGPT):
     expensive_checks = False
 
 
+class TestGPTMoE(TestGPT):
+    """Every feed-forward block a mixture of 4 experts, 2 per token (tests/test_moe.py checks the routing itself)."""
+
+    config_overrides = dict(num_local_experts=4, num_experts_per_tok=2)
+    # The load-balancing loss is a product of two batch means: no sum over micro-batches equals it, so the exact
+    # gradient-accumulation check runs without it (test_moe.py checks how it enters an accumulated step).
+    no_dropout = dict(TestGPT.no_dropout, router_aux_loss_coef=0.0)
+
+
+class TestGPTMoESwiGLU(TestGPT):
+    config_overrides = dict(
+        num_local_experts=3, num_experts_per_tok=1, hidden_act="swiglu", position_embedding_type="rope"
+    )
+    has_position_limit = False
+    expensive_checks = False
+
+
 TINY = TestGPT.config_kwargs
 
 

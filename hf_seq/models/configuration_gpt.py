@@ -26,6 +26,10 @@ class GPTConfig(PreTrainedConfig):
       last block) or `post` (the 2017 original: LN(x + f(x)), no final LN).
     - `hidden_act`: `gelu`, `gelu_new` (tanh approximation, GPT-2), `relu` (2017), `swiglu` (Shazeer 2020).
     - `intermediate_size` defaults to 4 * hidden_size.
+    - Mixture of experts (Mixtral's names): `num_local_experts` >= 1 replaces each feed-forward block by that many
+      experts, each token routed to its `num_experts_per_tok` most probable ones (layers.MixtureOfExperts);
+      0 (the default) keeps the dense block. Training adds `router_aux_loss_coef` times the load-balancing loss to
+      the LM loss; `output_router_logits` returns each layer's router logits.
     - Dropout: `embedding_dropout` on the embedding sum, `attention_dropout` on the attention weights,
       `hidden_dropout` on each sub-layer's output; `dropout=p` sets all three (nanoGPT's single `dropout`).
 
@@ -64,6 +68,10 @@ class GPTConfig(PreTrainedConfig):
     hidden_act: str = "gelu_new"
     attention_bias: bool = True
     mlp_bias: bool = True
+    num_local_experts: int = 0
+    num_experts_per_tok: int = 2
+    router_aux_loss_coef: float = 0.001
+    output_router_logits: bool = False
     embedding_dropout: float = 0.1
     attention_dropout: float = 0.1
     hidden_dropout: float = 0.1
@@ -106,6 +114,18 @@ class GPTConfig(PreTrainedConfig):
         if self.intermediate_size is None:
             self.intermediate_size = 4 * self.hidden_size
         check_positive(self, "intermediate_size")
+        if self.num_local_experts < 0:
+            raise ValueError(
+                f"GPTConfig: num_local_experts must be 0 (a dense feed-forward block) or a positive number of experts, "
+                f"got {self.num_local_experts}."
+            )
+        if self.num_local_experts and not 1 <= self.num_experts_per_tok <= self.num_local_experts:
+            raise ValueError(
+                f"GPTConfig: num_experts_per_tok={self.num_experts_per_tok} is not supported with "
+                f"num_local_experts={self.num_local_experts}; allowed values: 1 to {self.num_local_experts}."
+            )
+        if not self.router_aux_loss_coef >= 0:
+            raise ValueError(f"GPTConfig: router_aux_loss_coef must be >= 0, got {self.router_aux_loss_coef!r}.")
         super().__post_init__(**kwargs)
         check_common_values(self)
         fill_auto_map(self)

@@ -49,3 +49,94 @@ class FeedForward(nn.Module):
         else:
             h = nn.functional.gelu(h, approximate="tanh" if self.activation == "gelu_new" else "none")
         return self.down_proj(self.dropout(h))
+
+
+class MixtureOfExperts(nn.Module):
+    """A sparse mixture of feed-forward experts (Shazeer et al. 2017; Mixtral's top-k routing, Jiang et al. 2024).
+    Each token x goes to the k experts its router ranks highest:
+
+        r = W_r x                                   router logits, one per expert (W_r: `gate`, no bias)
+        p = softmax(r),  S = top-k(p)               the k most probable experts
+        w_i = p_i / sum_{j in S} p_j   (i in S)     = softmax over the k chosen logits
+        y = sum_{i in S} w_i E_i(x)                 E_i: a FeedForward, the dense block's MLP
+
+    With k = 1 every weight is 1: the router then learns from the load-balancing loss alone (as in Mixtral).
+    `forward` returns y and the router logits (tokens, experts), for that loss (`load_balancing_loss`).
+
+    Each expert runs once on the tokens routed to it (gathered, then added back with index_add). A compiled graph
+    cannot hold that data-dependent gather, so under torch.compile every expert runs on every token and the
+    unchosen ones are weighted 0: the same sum in the same order, E / k times the arithmetic (a one-token decode
+    step reads every expert's weights either way)."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        activation: str,
+        num_experts: int,
+        top_k: int,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.top_k = top_k
+        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.experts = nn.ModuleList(
+            FeedForward(hidden_size, intermediate_size, activation, bias=bias) for _ in range(num_experts)
+        )
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For tokens x (T, C): the router logits (T, E), and the (T, E) weights w and choices S defined above."""
+        router_logits = self.gate(x)
+        probs = nn.functional.softmax(router_logits.float(), dim=-1)
+        top_probs, top_experts = probs.topk(self.top_k, dim=-1)  # (T, k)
+        top_probs = top_probs / top_probs.sum(-1, keepdim=True)
+        weights = torch.zeros_like(probs).scatter(1, top_experts, top_probs)
+        chosen = torch.zeros_like(probs, dtype=torch.bool).scatter(1, top_experts, True)
+        return router_logits, weights.to(x.dtype), chosen
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = hidden_states.reshape(-1, hidden_states.shape[-1])  # (B, T, C) -> (B*T, C)
+        router_logits, weights, chosen = self.route(x)
+        y = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            if torch.compiler.is_compiling():
+                y = y + weights[:, i, None] * expert(x)
+                continue
+            tokens = chosen[:, i].nonzero().squeeze(1)
+            y.index_add_(0, tokens, weights[tokens, i, None] * expert(x[tokens]))
+        return y.view_as(hidden_states), router_logits
+
+
+def make_feed_forward(config) -> nn.Module:
+    """The position-wise block of a Transformer layer: the dense FeedForward, or with `config.num_local_experts`
+    >= 1 a MixtureOfExperts of that many FeedForwards, each token routed to `config.num_experts_per_tok`."""
+    args = (config.hidden_size, config.intermediate_size, config.hidden_act)
+    num_experts = getattr(config, "num_local_experts", 0)
+    if num_experts:
+        return MixtureOfExperts(*args, num_experts, config.num_experts_per_tok, bias=config.mlp_bias)
+    return FeedForward(*args, bias=config.mlp_bias)
+
+
+def load_balancing_loss(
+    router_logits: tuple[torch.Tensor, ...], top_k: int, token_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The Switch Transformer's auxiliary loss (Fedus et al. 2022, eqs. 4-6) with top-k routing, as Mixtral
+    computes it: over the T tokens of every layer (the router logits (tokens, N) of each), for N experts,
+
+        f_i = (1 / T) sum_t [i in top-k(p_t)]       the share of tokens routed to expert i (sum_i f_i = k)
+        P_i = (1 / T) sum_t p_t,i                    the mean router probability of expert i, p_t = softmax(r_t)
+        aux = N sum_i f_i P_i                        k when routing is uniform, up to N k when one expert takes all
+
+    f counts choices, so the gradient reaches the router through P only. `token_mask` (B, T) (1: a real token)
+    leaves padding out of both means."""
+    num_experts = router_logits[0].shape[-1]
+    probs = torch.cat([nn.functional.softmax(r.float(), dim=-1) for r in router_logits])  # (layers * T, N)
+    chosen = torch.zeros_like(probs).scatter(1, probs.topk(top_k, dim=-1).indices, 1.0)
+    if token_mask is None:
+        token_weight = torch.ones_like(probs[:, 0])
+    else:
+        token_weight = token_mask.reshape(-1).to(probs).repeat(len(router_logits))
+    count = token_weight.sum()
+    routed_share = (chosen * token_weight[:, None]).sum(0) / count  # f
+    mean_prob = (probs * token_weight[:, None]).sum(0) / count  # P
+    return num_experts * (routed_share * mean_prob).sum()

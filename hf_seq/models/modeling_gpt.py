@@ -3,6 +3,9 @@
 h_0 = E[x] (+ P[positions])
 h_l = h_{l-1} + Attn(LN(h_{l-1}));  h_l = h_l + FFN(LN(h_l))      (pre-LN, GPT-2; post-LN: LN(h + f(h)))
 p(x_{t+1} | x_{<=t}) = softmax(LN(h_L) E^T)                           (tied input/output embeddings)
+
+With `num_local_experts` set, FFN is a mixture of experts (layers.MixtureOfExperts: each token through its top-k
+experts) and the LM loss gains `router_aux_loss_coef` times the load-balancing loss (layers.load_balancing_loss).
 """
 
 import inspect
@@ -15,6 +18,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
     CausalLMOutputWithPast,
+    MoeCausalLMOutputWithPast,
+    MoeModelOutputWithPast,
     SequenceClassifierOutputWithPast,
 )
 from transformers.utils import can_return_tuple
@@ -22,7 +27,7 @@ from transformers.utils import can_return_tuple
 from .attention import MultiHeadAttention
 from .configuration_gpt import GPTConfig
 from .decoding import TransposedWeightsDecoding
-from .layers import FeedForward, make_norm
+from .layers import load_balancing_loss, make_feed_forward, make_norm
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
     CheckedGenerationMixin,
@@ -46,7 +51,7 @@ class GPTBlock(GradientCheckpointingLayer):
         self.input_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
         self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True)
         self.post_attention_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
-        self.mlp = FeedForward(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias)
+        self.mlp = make_feed_forward(config)  # dense, or a mixture of experts
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
@@ -54,12 +59,19 @@ class GPTBlock(GradientCheckpointingLayer):
         if self.pre_norm:
             attn, weights = self.self_attn(self.input_layernorm(x), attention_mask, past_key_values, **kwargs)
             x = x + self.dropout(attn)
-            x = x + self.dropout(self.mlp(self.post_attention_layernorm(x)))
+            mlp, router_logits = self.feed_forward(self.post_attention_layernorm(x))
+            x = x + self.dropout(mlp)
         else:
             attn, weights = self.self_attn(x, attention_mask, past_key_values, **kwargs)
             x = self.input_layernorm(x + self.dropout(attn))
-            x = self.post_attention_layernorm(x + self.dropout(self.mlp(x)))
-        return x, weights
+            mlp, router_logits = self.feed_forward(x)
+            x = self.post_attention_layernorm(x + self.dropout(mlp))
+        return x, weights, router_logits
+
+    def feed_forward(self, x):
+        """The MLP's output, and the router logits (tokens, experts) of a mixture of experts (None if dense)."""
+        out = self.mlp(x)
+        return out if isinstance(out, tuple) else (out, None)
 
 
 class GPTPreTrainedModel(CheckedPreTrainedModel):
@@ -121,8 +133,11 @@ class GPTModel(GPTPreTrainedModel):
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
+        output_router_logits: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPast:
+    ) -> BaseModelOutputWithPast | MoeModelOutputWithPast:
+        """A dense model returns BaseModelOutputWithPast; a mixture of experts MoeModelOutputWithPast, holding
+        each layer's router logits (batch * tokens, experts) if `output_router_logits` (default: the config's)."""
         past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
@@ -166,30 +181,41 @@ class GPTModel(GPTPreTrainedModel):
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         all_hidden_states = [] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
+        moe = config.num_local_experts > 0
+        output_router_logits = config.output_router_logits if output_router_logits is None else output_router_logits
+        all_router_logits = [] if moe and output_router_logits else None
         if output_attentions:
             kwargs["output_attentions"] = True  # a kernel that forms no weights says so, as in transformers
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
-            hidden_states, weights = layer(
+            hidden_states, weights, router_logits = layer(
                 hidden_states, attention_mask=mask, past_key_values=past_key_values, **kwargs
             )
             if output_attentions and weights is not None:  # fused kernels (sdpa, flash) return none
                 all_attentions.append(weights)
+            if all_router_logits is not None:
+                all_router_logits.append(router_logits)
         hidden_states = self.norm(hidden_states)
         if output_hidden_states:
             all_hidden_states.append(hidden_states)
-        return BaseModelOutputWithPast(
+        output_class, extra = BaseModelOutputWithPast, {}
+        if moe:
+            output_class = MoeModelOutputWithPast
+            extra["router_logits"] = tuple(all_router_logits) if output_router_logits else None
+        return output_class(
             last_hidden_state=hidden_states,
             **cache_field(past_key_values if use_cache else None),
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
+            **extra,
         )
 
 
 class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGenerationMixin):
     """`generate()` on CPU reads contiguous W^T copies for the one-token steps (models/decoding.py). For a compiled
-    decode pass `cache_implementation="static"` and a `compile_config` (bench/bench_gpt.py --speed measures both)."""
+    decode pass `cache_implementation="static"` and a `compile_config` (bench/bench_gpt.py --speed measures both).
+    A mixture of experts returns MoeCausalLMOutputWithPast (`aux_loss`, `router_logits`), as Mixtral does."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
@@ -215,11 +241,20 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        output_router_logits: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> CausalLMOutputWithPast:
+    ) -> CausalLMOutputWithPast | MoeCausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
-        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
+        for the last k positions only (0: all), or for the positions in a 1D index tensor.
+
+        A mixture of experts computes the load-balancing loss `aux_loss` when given labels or asked for the router
+        logits, and adds `router_aux_loss_coef` times it to the loss. Unlike Mixtral, which adds it only with
+        `output_router_logits=True`, training balances the experts by default."""
+        config = self.config
+        moe = config.num_local_experts > 0
+        output_router_logits = config.output_router_logits if output_router_logits is None else output_router_logits
+        need_router_logits = moe and (output_router_logits or labels is not None)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -227,6 +262,7 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
             past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            output_router_logits=need_router_logits,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -236,14 +272,45 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
         if labels is not None:
             # transformers' causal LM loss: shifts labels (or takes `shift_labels`), ignores -100, and sums over
             # `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch.
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=config.vocab_size, **kwargs)
+        if not moe:
+            return CausalLMOutputWithPast(
+                loss=loss,
+                logits=logits,
+                **cache_field(cache_of(outputs)),
+                hidden_states=outputs.hidden_states,
+                attentions=outputs.attentions,
+            )
+        aux_loss = None
+        if need_router_logits:
+            seq_len = hidden_states.shape[1]
+            real = attention_mask[:, -seq_len:] if attention_mask is not None and attention_mask.dim() == 2 else None
+            aux_loss = load_balancing_loss(outputs.router_logits, config.num_experts_per_tok, real)
+        if labels is not None:
+            loss = loss + config.router_aux_loss_coef * aux_loss * _aux_loss_share(labels, kwargs)
+        return MoeCausalLMOutputWithPast(
             loss=loss,
+            aux_loss=aux_loss,
             logits=logits,
             **cache_field(cache_of(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            router_logits=outputs.router_logits if output_router_logits else None,
         )
+
+
+def _aux_loss_share(labels: torch.Tensor, kwargs: dict) -> torch.Tensor | float:
+    """The weight of this batch's load-balancing loss: 1, or under gradient accumulation its share of the step's
+    scored tokens. Trainer then passes `num_items_in_batch`, the step's token count, divides each micro-batch's LM
+    loss sum by it and adds the micro-batches' losses up; weighted by its share, the balancing loss enters the step
+    as a token-weighted mean over the micro-batches (not their sum, GA steps times the coefficient). It stays an
+    approximation of the full batch's: f and P are means over the batch and their product does not split."""
+    total = kwargs.get("num_items_in_batch")
+    if total is None:
+        return 1.0
+    scored = kwargs.get("shift_labels")
+    scored = labels[..., 1:] if scored is None else scored  # what Trainer counts for a causal LM
+    return scored.ne(-100).sum() / total
 
 
 # generate() reads the signature of a remote-code model's forward at every step (for a `cache_position` argument);
