@@ -28,10 +28,12 @@ from transformers import PreTrainedConfig, PreTrainedModel
 from .models.configuration_bahdanau import BahdanauConfig
 from .models.configuration_bert import BERTConfig
 from .models.configuration_gpt import GPTConfig
+from .models.configuration_ssm import SSMConfig
 from .models.configuration_transformer import TransformerConfig
 from .models.modeling_bahdanau import BahdanauForConditionalGeneration
 from .models.modeling_bert import BERTForMaskedLM, BERTModel
 from .models.modeling_gpt import GPTForCausalLM, GPTModel
+from .models.modeling_ssm import SSMForCausalLM, SSMModel
 from .models.modeling_transformer import TransformerForConditionalGeneration
 
 
@@ -591,6 +593,106 @@ register_conversion(
         _marian_rules,
     )
 )
+
+# Mamba (Gu and Dao 2023) <-> the SSM family's mamba block --------------------------------------------------------
+# Our Mamba block keeps transformers' parameter names and layouts (in_proj, conv1d, x_proj, dt_proj, A_log, D,
+# out_proj, the RMSNorms), so the rules rename. MambaConfig's time_step_scale, time_step_init_scheme and
+# rescale_prenorm_residual only initialise weights, and use_mambapy / use_associative_scan choose how the scan is
+# computed: given the weights, the outputs do not depend on them, and they are not carried. Padding: transformers
+# zeroes the block's input at padded positions, ours the convolution's input; without in_proj biases (Mamba's
+# default) the two are the same numbers.
+
+
+def _mamba_config_to_ours(config) -> SSMConfig:
+    if config.hidden_act != "silu":
+        raise ValueError(
+            f"from_transformers: MambaConfig.hidden_act={config.hidden_act!r} has no SSMConfig equivalent (the Mamba "
+            "block's activation is SiLU: only 'silu')."
+        )
+    return SSMConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        ssm_type="mamba",
+        state_size=config.state_size,
+        expand=config.expand,
+        conv_kernel=config.conv_kernel,
+        time_step_rank=int(config.time_step_rank),
+        time_step_min=config.time_step_min,
+        time_step_max=config.time_step_max,
+        time_step_floor=config.time_step_floor,
+        use_bias=config.use_bias,
+        use_conv_bias=config.use_conv_bias,
+        residual_in_fp32=config.residual_in_fp32,
+        layer_norm_eps=config.layer_norm_epsilon,
+        hidden_dropout=0.0,
+        initializer_range=config.initializer_range,
+        tie_word_embeddings=config.tie_word_embeddings,
+        use_cache=config.use_cache,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
+
+
+def _ssm_config_to_mamba(config: SSMConfig):
+    for option, supported in {"ssm_type": "mamba", "hidden_dropout": 0.0}.items():
+        if getattr(config, option) != supported:
+            raise ValueError(
+                f"to_transformers: SSMConfig.{option}={getattr(config, option)!r} has no Mamba equivalent "
+                f"(MambaForCausalLM needs {option}={supported!r})."
+            )
+    return transformers.MambaConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        state_size=config.state_size,
+        expand=config.expand,
+        conv_kernel=config.conv_kernel,
+        time_step_rank=config.time_step_rank,
+        time_step_min=config.time_step_min,
+        time_step_max=config.time_step_max,
+        time_step_floor=config.time_step_floor,
+        use_bias=config.use_bias,
+        use_conv_bias=config.use_conv_bias,
+        hidden_act="silu",
+        residual_in_fp32=config.residual_in_fp32,
+        layer_norm_epsilon=config.layer_norm_eps,
+        initializer_range=config.initializer_range,
+        tie_word_embeddings=config.tie_word_embeddings,
+        use_cache=config.use_cache,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
+
+
+def _mamba_rules(config: SSMConfig, head: bool) -> list[Rule]:
+    ours, ref = ("model.", "backbone.") if head else ("", "")
+    rules = [
+        Rule(f"{ours}embed_tokens.weight", (f"{ref}embeddings.weight",)),
+        Rule(f"{ours}norm.weight", (f"{ref}norm_f.weight",)),
+    ]
+    names = ["norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.x_proj.weight"]
+    names += ["mixer.dt_proj.weight", "mixer.dt_proj.bias", "mixer.A_log", "mixer.D", "mixer.out_proj.weight"]
+    if config.use_bias:
+        names += ["mixer.in_proj.bias", "mixer.out_proj.bias"]
+    if config.use_conv_bias:
+        names.append("mixer.conv1d.bias")
+    for i in range(config.num_hidden_layers):
+        rules += [Rule(f"{ours}layers.{i}.{name}", (f"{ref}layers.{i}.{name}",)) for name in names]
+    if head and not config.tie_word_embeddings:
+        rules.append(Rule("lm_head.weight", ("lm_head.weight",)))
+    return rules
+
+
+for _reference, _ours, _head in (
+    (transformers.MambaForCausalLM, SSMForCausalLM, True),
+    (transformers.MambaModel, SSMModel, False),
+):
+    register_conversion(
+        Conversion(_reference, _ours, _mamba_config_to_ours, _ssm_config_to_mamba, partial(_mamba_rules, head=_head))
+    )
 
 # A plain PyTorch encoder-decoder (Sutskever et al. 2014; Cho et al. 2014) -> Bahdanau family --------------------
 

@@ -3,7 +3,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPT2Model
 
-from hf_seq import GPTConfig, GPTForCausalLM, GPTModel
+from hf_seq import GPTConfig, GPTForCausalLM, GPTModel, SSMConfig, SSMForCausalLM, SSMModel
 from hf_seq.convert import Rule, from_transformers, to_transformers
 
 VOCAB = 97
@@ -197,3 +197,135 @@ def test_concat_rule_round_trips():
     conv = Rule("o_proj.weight", ("c_proj.weight",), "transpose")
     w = torch.randn(4, 3)
     assert torch.equal(conv.to_ours([w]), w.t()) and torch.equal(conv.to_reference(w.t())[0], w)
+
+
+# ---------------------------------------------------------------------------------------- Mamba <-> SSM (mamba)
+MAMBA_SIZES = {
+    "small": dict(hidden_size=16, num_hidden_layers=2, state_size=4),
+    "biases-untied": dict(
+        hidden_size=24,
+        num_hidden_layers=3,
+        state_size=6,
+        expand=3,
+        conv_kernel=3,
+        time_step_rank=5,
+        use_bias=True,
+        use_conv_bias=False,
+        residual_in_fp32=False,
+        tie_word_embeddings=False,
+    ),
+}
+
+
+def mamba(size: str, cls=transformers.MambaForCausalLM, **overrides):
+    torch.manual_seed(0)
+    ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.MambaConfig(
+        vocab_size=VOCAB, layer_norm_epsilon=1e-6, **ids, **{**MAMBA_SIZES[size], **overrides}
+    )
+    model = cls(config).eval()
+    with torch.no_grad():  # every weight away from its initial value, so a swapped or skipped tensor is caught
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.normal_(1.0, 0.3)
+            elif "embeddings" in name:
+                param.normal_(0.0, 0.3)  # and greedy decoding that does not repeat one token
+            else:
+                param.add_(0.2 * torch.randn_like(param))
+    return model
+
+
+@pytest.mark.parametrize("size", list(MAMBA_SIZES))
+def test_mamba_from_transformers_gives_equal_logits(size):
+    reference = mamba(size)
+    ours = from_transformers(reference)
+    assert type(ours) is SSMForCausalLM and not ours.training
+    config, expected_config = ours.config, reference.config
+    assert config.ssm_type == "mamba"
+    for option in ("hidden_size", "num_hidden_layers", "state_size", "expand", "conv_kernel", "time_step_rank"):
+        assert getattr(config, option) == getattr(expected_config, option), option
+    for option in ("use_bias", "use_conv_bias", "residual_in_fp32", "tie_word_embeddings", "time_step_min"):
+        assert getattr(config, option) == getattr(expected_config, option), option
+    assert config.intermediate_size == expected_config.intermediate_size and config.layer_norm_eps == 1e-6
+    input_ids, attention_mask = batch()
+    with torch.no_grad():
+        expected = reference(input_ids[1:]).logits
+        torch.testing.assert_close(ours(input_ids[1:]).logits, expected, atol=1e-5, rtol=0)
+        assert expected.std() > 0.1
+        if not expected_config.use_bias:  # see hf_seq.convert: with in_proj biases the two pad differently
+            expected = reference(input_ids, attention_mask=attention_mask).logits
+            got = ours(input_ids, attention_mask=attention_mask).logits
+            real = attention_mask.bool()
+            torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("size", list(MAMBA_SIZES))
+def test_mamba_greedy_generation_matches(size):
+    reference = mamba(size)
+    ours = from_transformers(reference)
+    input_ids, attention_mask = batch()
+    if reference.config.use_bias:
+        attention_mask = torch.ones_like(attention_mask)
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    expected = reference.generate(input_ids, **kwargs)
+    assert len(set(expected[:, -8:].flatten().tolist())) > 3  # not a degenerate repetition
+    assert torch.equal(ours.generate(input_ids, **kwargs), expected)
+
+
+@pytest.mark.parametrize("size", list(MAMBA_SIZES))
+def test_mamba_to_transformers_round_trip(size):
+    reference = mamba(size)
+    back = to_transformers(from_transformers(reference))
+    assert type(back) is transformers.MambaForCausalLM
+    state, expected = back.state_dict(), reference.state_dict()
+    assert state.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(state[name], tensor), name
+    for option in ("hidden_size", "state_size", "expand", "conv_kernel", "time_step_rank", "use_bias", "use_conv_bias"):
+        assert getattr(back.config, option) == getattr(reference.config, option), option
+    if back.config.tie_word_embeddings:
+        assert back.lm_head.weight.data_ptr() == back.backbone.embeddings.weight.data_ptr()
+    input_ids, _ = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(back(input_ids).logits, reference(input_ids).logits, atol=1e-6, rtol=0)
+
+
+def test_our_mamba_to_transformers_and_back():
+    torch.manual_seed(0)
+    config = SSMConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, ssm_type="mamba", state_size=4, initializer_range=0.3
+    )
+    ours = SSMForCausalLM(config).eval()
+    reference = to_transformers(ours)
+    input_ids, attention_mask = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, atol=1e-5, rtol=0)
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(reference.generate(input_ids, **kwargs), ours.generate(input_ids, **kwargs))
+    again = from_transformers(reference)
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in ours.state_dict().items())
+
+
+def test_mamba_base_models_convert():
+    reference = mamba("biases-untied", cls=transformers.MambaModel)
+    ours = from_transformers(reference)
+    assert type(ours) is SSMModel
+    input_ids, _ = batch()
+    with torch.no_grad():
+        expected = reference(input_ids).last_hidden_state
+        torch.testing.assert_close(ours(input_ids).last_hidden_state, expected, atol=1e-5, rtol=0)
+    back = to_transformers(ours)
+    assert type(back) is transformers.MambaModel
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in reference.state_dict().items())
+
+
+@pytest.mark.parametrize("option, value", [("ssm_type", "s4d"), ("hidden_dropout", 0.1)])
+def test_to_transformers_rejects_options_mamba_lacks(option, value):
+    config = SSMConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, state_size=4, **{option: value})
+    with pytest.raises(ValueError, match=f"SSMConfig.{option}={value!r}"):
+        to_transformers(SSMForCausalLM(config))
+
+
+def test_from_transformers_rejects_options_mamba_block_lacks():
+    with pytest.raises(ValueError, match="MambaConfig.hidden_act='gelu'"):
+        from_transformers(mamba("small", hidden_act="gelu"))
