@@ -353,6 +353,17 @@ def test_generate_continues_from_a_returned_state(config):
     assert torch.equal(model.generate(ids, **{CACHE_NAME: state}, **kwargs), whole)
 
 
+@pytest.mark.parametrize("config", [S4D, MAMBA], ids=["s4d", "mamba"])
+def test_bf16_forward_and_generate(config):
+    """Half precision: the SSM runs in float32 inside (there is no complex bfloat16), the outputs come back in
+    bfloat16, and generation carries the float32 state."""
+    torch.manual_seed(0)
+    model = SSMForCausalLM(SSMConfig(**config)).eval().to(torch.bfloat16)
+    ids = torch.randint(FIRST_WORD, 50, (2, 5))
+    assert model(ids).logits.dtype == torch.bfloat16
+    assert model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=PAD).shape == (2, 8)
+
+
 def test_a_key_value_cache_is_refused():
     model = SSMModel(SSMConfig(**MAMBA)).eval()
     with pytest.raises(TypeError, match="SSMState"):

@@ -81,7 +81,7 @@ class SSMConfig(PreTrainedConfig):
     use_bias: bool = False
     use_conv_bias: bool = True
     residual_in_fp32: bool = True
-    scan_chunk_size: int = 32
+    scan_chunk_size: int = 16
     layer_norm_eps: float = 1e-5
     hidden_dropout: float = 0.0
     classifier_dropout: float | None = None

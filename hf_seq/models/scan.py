@@ -128,7 +128,7 @@ def selective_scan(
     C: torch.Tensor,
     D: torch.Tensor,
     state: torch.Tensor | None = None,
-    chunk_size: int = 32,
+    chunk_size: int = 16,
 ):
     """Mamba's scan in chunks (see the module docstring). u and delta (B, E, L), A (E, N), B and C (B, L, N),
     D (E,), state (B, E, N) or None (zeros) -> y (B, E, L) in u's dtype, the state after the last step (float32)."""
