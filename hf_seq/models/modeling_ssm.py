@@ -106,8 +106,9 @@ class S4DMixer(nn.Module):
         return dt_A, B_bar, C
 
     def forward(self, hidden_states, mask=None, ssm_state=None, conv_state=None, return_state=False):
-        """hidden_states (B, T, H) -> (B, T, H), the SSM state (B, H, M) after the last token (None unless asked,
-        or when given one token and a state: the recurrent mode), and no convolution state."""
+        """hidden_states (B, T, H) -> (B, T, H), the SSM state (B, H, M) after the last token, and no convolution
+        state. One token with a state runs the recurrence; otherwise the convolution, which computes the state only
+        with `return_state` (else None)."""
         u = hidden_states if mask is None else hidden_states * mask[..., None]
         u = u.float().transpose(1, 2)  # (B, H, T)
         dt_A, B_bar, C = self.discretized()
