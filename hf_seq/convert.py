@@ -230,6 +230,7 @@ def _gpt_config_to_gpt2(config: GPTConfig):
         "attention_bias": True,
         "mlp_bias": True,
         "is_causal": True,
+        "num_local_experts": 0,  # GPT-2's feed-forward is dense
     }
     for option, supported in gpt2_options.items():
         if getattr(config, option) != supported:

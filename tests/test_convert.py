@@ -161,6 +161,7 @@ def test_conversion_keeps_dtype_and_training_mode():
         ("hidden_act", "swiglu"),
         ("attention_bias", False),
         ("mlp_bias", False),
+        ("num_local_experts", 4),  # a mixture of experts: GPT-2's feed-forward is dense
     ],
 )
 def test_to_transformers_rejects_options_gpt2_lacks(option, value):
