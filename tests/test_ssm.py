@@ -13,6 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from hf_seq import SSMConfig, SSMForCausalLM, SSMModel, SSMState
 from hf_seq.models.modeling_ssm import MambaMixer, S4DMixer
 from hf_seq.models.scan import (
+    SelectiveScan,
     s4d_convolution,
     s4d_kernel,
     s4d_step,
@@ -189,6 +190,24 @@ def test_selective_scan_in_chunks_equals_the_recurrence(chunk_size):
         steps.append(y_k)
     torch.testing.assert_close(torch.stack(steps, -1), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(state, last, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", [1, 7, 9])
+def test_the_scans_hand_written_gradient_is_the_gradient(length):
+    """SelectiveScan's backward (the reverse recurrence) against finite differences, in float64, for every input:
+    Delta, A, Delta u, B, C and the entering state; the last state's gradient included."""
+    g = torch.Generator().manual_seed(length)
+    batch, channels, size = 2, 3, 2
+    inputs = (
+        torch.nn.functional.softplus(torch.randn(batch, channels, length, generator=g, dtype=torch.float64)),
+        -torch.exp(torch.randn(channels, size, generator=g, dtype=torch.float64)),
+        torch.randn(batch, channels, length, generator=g, dtype=torch.float64),
+        torch.randn(batch, length, size, generator=g, dtype=torch.float64),
+        torch.randn(batch, length, size, generator=g, dtype=torch.float64),
+        torch.randn(batch, channels, size, generator=g, dtype=torch.float64),
+    )
+    inputs = tuple(t.requires_grad_() for t in inputs)
+    assert torch.autograd.gradcheck(lambda *t: SelectiveScan.apply(*t, 4), inputs, eps=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("chunk_size", [4, 16, 64])

@@ -50,7 +50,7 @@ class SSMConfig(PreTrainedConfig):
       `conv_kernel` (the short causal convolution), `time_step_rank` (the rank of Delta's projection, default
       ceil(hidden_size / 16)), `use_bias` (in_proj and out_proj), `use_conv_bias`, `residual_in_fp32` (the residual
       stream kept in float32 under half precision), `scan_chunk_size` (the steps the training scan computes at once,
-      at most 16; a computation setting, the outputs do not depend on it).
+      at most 4; a computation setting, the outputs do not depend on it).
     - `hidden_dropout` on each block's output before the residual sum (and, in S4D, after the GELU);
       `classifier_dropout` (default `hidden_dropout`) before the sequence classifier.
     - Aliases: `num_layers` for `num_hidden_layers`, `d_state` for `state_size`, `d_conv` for `conv_kernel`,
@@ -81,7 +81,7 @@ class SSMConfig(PreTrainedConfig):
     use_bias: bool = False
     use_conv_bias: bool = True
     residual_in_fp32: bool = True
-    scan_chunk_size: int = 16
+    scan_chunk_size: int = 4
     layer_norm_eps: float = 1e-5
     hidden_dropout: float = 0.0
     classifier_dropout: float | None = None

@@ -42,10 +42,16 @@ running sum c_t = sum_{r<=t} a_r from the chunk's start, b_s = Delta_s B_s u_s a
     x_t = exp(c_t) x_0 + sum_{s<=t} exp(c_t - c_s) b_s = exp(c_t) (x_0 + sum_{s<=t} exp(-c_s) b_s)
 
 all T_c steps at once, by one cumulative sum: O(T_c) work per (channel, mode), as the recurrence itself. exp(-c_s)
-grows along a chunk, so this runs in float64, each step's decay is floored at exp(-37.5) (a state that decays faster
-than that in one step is gone to float32 either way) and a chunk is at most 16 steps: 16 x 37.5 = 600 keeps every
-factor inside float64's range (exp(709)). The state leaving a chunk enters the next one: a loop over the L / T_c
-chunks, none over single steps.
+grows along a chunk, so a chunk is at most 4 steps and each step's decay is floored at exp(-20) (a state that decays
+faster than 2e-9 in one step is gone to float32 either way): 4 x 20 keeps every factor inside float32's range. The
+state leaving a chunk enters the next one: a loop over the L / T_c chunks, none over single steps.
+
+The gradient runs the same recurrence backwards (`SelectiveScan.backward`): with g_t = dLoss/dx_t,
+
+    g_t = C_t dLoss/dy_t + exp(a_{t+1}) g_{t+1}
+    dLoss/db_t = g_t,    dLoss/da_t = g_t (x_t - b_t),    dLoss/dC_t = sum_e dLoss/dy_t x_t
+
+so the backward pass keeps only the scan's inputs and recomputes the states, instead of every intermediate tensor.
 
 Shapes: B batch, H (S4D) or E (Mamba) channels, L or T time steps, M modes (N/2 complex or N real), N state size.
 """
@@ -53,8 +59,8 @@ Shapes: B batch, H (S4D) or E (Mamba) channels, L or T time steps, M modes (N/2 
 import torch
 from torch import nn
 
-LOG_DECAY_FLOOR = -37.5  # Delta A per step, at least: exp(-37.5) ~ 5e-17
-MAX_CHUNK = 16  # steps the scan computes at once: exp(16 * 37.5) is inside float64's range
+LOG_DECAY_FLOOR = -20.0  # Delta A per step, at least: exp(-20) ~ 2e-9
+MAX_CHUNK = 4  # steps the scan computes at once: exp(4 * 20) times an input stays inside float32's range
 
 
 def zoh_discretize(log_dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor):
@@ -116,6 +122,63 @@ def s4d_step(u: torch.Tensor, dt_A: torch.Tensor, B_bar: torch.Tensor, C: torch.
     return _observe((C * state).sum(-1)) + D * u, state
 
 
+def linear_recurrence(a, b, x0, chunk_size):
+    """x_t = exp(a_t) x_{t-1} + b_t along the last dimension of a and b (..., L), from x0 (...): every x_t
+    (..., L), in chunks of `chunk_size` steps (see the module docstring; a_t >= LOG_DECAY_FLOOR)."""
+    length = a.shape[-1]
+    pad = -length % chunk_size
+    a, b = (nn.functional.pad(t, (0, pad)).unflatten(-1, (-1, chunk_size)) for t in (a, b))
+    c = a.cumsum(-1)
+    decay = torch.exp(c)
+    states = (b * torch.exp(-c)).cumsum_(-1).mul_(decay)
+    x, entering = x0, []
+    for chunk_decay, chunk_end in zip(decay[..., -1].unbind(-1), states[..., -1].unbind(-1)):
+        entering.append(x)
+        x = chunk_decay * x + chunk_end
+    states.addcmul_(decay, torch.stack(entering, -1)[..., None])
+    return states.flatten(-2)[..., :length]
+
+
+class SelectiveScan(torch.autograd.Function):
+    """The selective scan's sum_n C_t x_t (B, E, L) and last state, from Delta (B, E, L), A (E, N), Delta u (B, E, L),
+    B and C (B, L, N) and the entering state (B, E, N); its backward is the reverse recurrence."""
+
+    @staticmethod
+    def forward(ctx, delta, A, du, B, C, x0, chunk_size):
+        a_raw = delta[:, :, None] * A[None, :, :, None]
+        a = a_raw.clamp(min=LOG_DECAY_FLOOR)
+        b = du[:, :, None] * B.transpose(1, 2)[:, None]
+        states = linear_recurrence(a, b, x0, chunk_size)
+        y = torch.einsum("benl,bln->bel", states, C)
+        ctx.save_for_backward(delta, A, du, B, C, x0)
+        ctx.chunk_size = chunk_size
+        return y, states[..., -1].clone()
+
+    @staticmethod
+    def backward(ctx, gy, g_last):
+        delta, A, du, B, C, x0 = ctx.saved_tensors
+        a_raw = delta[:, :, None] * A[None, :, :, None]
+        a = a_raw.clamp(min=LOG_DECAY_FLOOR)
+        b = du[:, :, None] * B.transpose(1, 2)[:, None]
+        states = linear_recurrence(a, b, x0, ctx.chunk_size)
+        # the adjoint g_t = dLoss/dx_t = C_t gy_t + exp(a_{t+1}) g_{t+1}; the last step also gets g_last
+        h = gy[:, :, None] * C.transpose(1, 2)[:, None]
+        if g_last is not None:
+            h[..., -1] += g_last
+        a_next = nn.functional.pad(a[..., 1:], (0, 1))  # exp(a_{t+1}); nothing after the last step
+        g = linear_recurrence(a_next.flip(-1), h.flip(-1), torch.zeros_like(x0), ctx.chunk_size).flip(-1)
+        g_x0 = torch.exp(a[..., 0]) * g[..., 0]
+        # x_t - b_t = exp(a_t) x_{t-1}: the gradient of a_t, zero where the floor holds it
+        g_a = g * (states - b)
+        g_a = g_a.masked_fill_(a_raw < LOG_DECAY_FLOOR, 0)
+        g_delta = torch.einsum("benl,en->bel", g_a, A)
+        g_A = torch.einsum("benl,bel->en", g_a, delta)
+        g_du = torch.einsum("benl,bln->bel", g, B)
+        g_B = torch.einsum("benl,bel->bln", g, du)
+        g_C = torch.einsum("benl,bel->bln", states, gy)
+        return g_delta, g_A, g_du, g_B, g_C, g_x0, None
+
+
 def selective_scan(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -124,31 +187,17 @@ def selective_scan(
     C: torch.Tensor,
     D: torch.Tensor,
     state: torch.Tensor | None = None,
-    chunk_size: int = 16,
+    chunk_size: int = 4,
 ):
     """Mamba's scan in chunks of `chunk_size` steps, at most MAX_CHUNK (see the module docstring). u and delta
     (B, E, L), A (E, N), B and C (B, L, N), D (E,), state (B, E, N) or None (zeros) -> y (B, E, L) in u's dtype, the
     state after the last step (float32)."""
-    dtype, length = u.dtype, u.shape[-1]
+    dtype = u.dtype
     chunk_size = min(chunk_size, MAX_CHUNK)
-    pad = -length % chunk_size  # steps added at the end with a = 0 and b = 0: they leave the state as it is
-    a = (delta.double()[:, :, None] * A.double()[None, :, :, None]).clamp(min=LOG_DECAY_FLOOR)  # Delta A: (B,E,N,L)
-    b = (delta * u).double()[:, :, None] * B.double().transpose(1, 2)[:, None]  # Delta_t B_t u_t: (B, E, N, L)
-    a, b = (nn.functional.pad(t, (0, pad)).unflatten(-1, (-1, chunk_size)) for t in (a, b))  # (B, E, N, K, T_c)
-    c = a.cumsum(-1)  # c_t within each chunk
-    decay = torch.exp(c)
-    from_zero = decay * (torch.exp(-c) * b).cumsum(-1)  # x_t of each chunk entered with x_0 = 0
-    x = u.new_zeros(u.shape[0], u.shape[1], A.shape[-1], dtype=torch.float64) if state is None else state.double()
-    entering = []
-    # the state leaving chunk k enters chunk k + 1 (each chunk's last values read once: a read per chunk of the
-    # whole tensor would cost a whole-tensor gradient per chunk)
-    for chunk_decay, chunk_end in zip(decay[..., -1].unbind(-1), from_zero[..., -1].unbind(-1)):
-        entering.append(x)
-        x = chunk_decay * x + chunk_end
-    states = from_zero + decay * torch.stack(entering, -1)[..., None]  # x_t: (B, E, N, K, T_c)
-    states = states.flatten(-2)[..., :length]
-    y = torch.einsum("benl,bln->bel", states, C.double()) + D.double()[:, None] * u.double()
-    return y.to(dtype), x.float()
+    x0 = u.new_zeros(u.shape[0], u.shape[1], A.shape[-1], dtype=torch.float32) if state is None else state.float()
+    delta32, u32 = delta.float(), u.float()
+    y, last = SelectiveScan.apply(delta32, A.float(), delta32 * u32, B.float(), C.float(), x0, chunk_size)
+    return (y + D.float()[:, None] * u32).to(dtype), last.float()
 
 
 def selective_step(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B, C, D: torch.Tensor, state: torch.Tensor):
@@ -166,6 +215,8 @@ __all__ = [
     "s4d_convolution",
     "s4d_kernel",
     "s4d_step",
+    "linear_recurrence",
+    "SelectiveScan",
     "selective_scan",
     "selective_step",
     "zoh_discretize",
