@@ -33,7 +33,8 @@ def check_written(folder, results: dict) -> dict:
 def test_list_names_every_experiment(capsys):
     assert main(["experiment", "--list"]) == 0
     out = capsys.readouterr().out
-    assert all(line.split()[0] in EXPERIMENTS for line in out.splitlines()) and len(out.splitlines()) == 7
+    lines = out.splitlines()
+    assert all(line.split()[0] in EXPERIMENTS for line in lines) and len(lines) == len(EXPERIMENTS)
 
 
 def test_unknown_experiment_and_option_are_named(capsys):
@@ -187,3 +188,98 @@ def test_exposure_claims_need_an_effect_above_the_test_noise():
     }
     assert [c["agrees"] for c in exposure_claims(clear)] == [True, True, True]
     assert MIN_EFFECT > 4 / 5200  # a few errors in the default test set cannot decide a claim
+
+
+def test_selective_copying_examples_answer_the_data_tokens_in_order():
+    from hf_seq.experiments.selective_copying import MARK, NOISE, PAD, examples
+
+    batch = examples(200, length=20, tokens=5, vocab_size=16, generator=torch.Generator().manual_seed(0))
+    ids, labels = batch["input_ids"], batch["labels"]
+    assert ids.shape == labels.shape == (200, 20 + 1 + 5)
+    assert (ids[:, 20] == MARK).all() and not (ids == PAD).any()
+    for row, label in zip(ids.tolist(), labels.tolist()):
+        body, answer = row[:20], row[21:]
+        data = [t for t in body if t != NOISE]
+        assert data == answer and len(data) == 5 and min(data) > MARK  # the non-noise tokens, in order
+        assert label == [-100] * 21 + answer  # scored on the answer alone
+    positions = {tuple(i for i, t in enumerate(row[:20]) if t != NOISE) for row in ids.tolist()}
+    assert len(positions) > 150  # scattered at random, not at fixed places
+    with pytest.raises(ValueError, match="tokens <= length"):
+        examples(1, length=3, tokens=4, vocab_size=16, generator=torch.Generator())
+
+
+def test_induction_heads_examples_answer_what_followed_the_first_trigger():
+    from hf_seq.experiments.induction_heads import TRIGGER, examples
+
+    batch = examples(200, length=24, vocab_size=16, generator=torch.Generator().manual_seed(0))
+    ids, labels = batch["input_ids"], batch["labels"]
+    assert ids.shape == labels.shape == (200, 25)
+    firsts = set()
+    for row, label in zip(ids.tolist(), labels.tolist()):
+        triggers = [i for i, t in enumerate(row) if t == TRIGGER]
+        assert len(triggers) == 2 and triggers[1] == 23 and triggers[0] <= 21  # once inside, once at the end
+        answer = row[triggers[0] + 1]
+        assert row[-1] == label[-1] == answer and answer > TRIGGER
+        assert label[:-1] == [-100] * 24
+        firsts.add(triggers[0])
+    assert len(firsts) > 15
+
+
+def test_answer_accuracy_scores_the_prediction_of_each_answer_token():
+    """An oracle that reads the next token scores 1, one that repeats the current token scores near chance: the
+    logits at t are scored against the label at t + 1, as the models' loss does."""
+    from types import SimpleNamespace
+
+    from hf_seq.experiments.selective_copying import answer_accuracy, examples
+
+    batch = examples(64, length=16, tokens=4, vocab_size=16, generator=torch.Generator().manual_seed(1))
+
+    def oracle(shift):
+        def model(input_ids):
+            target = torch.roll(input_ids, -shift, dims=1)
+            return SimpleNamespace(logits=torch.nn.functional.one_hot(target, 16).float())
+
+        return model
+
+    assert answer_accuracy(oracle(1), batch).all()
+    assert answer_accuracy(oracle(0), batch).float().mean() < 0.3
+
+
+def test_selective_copying(tmp_path):
+    results = get_experiment("selective_copying").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    tokens = saved["options"]["tokens"]
+    assert set(saved["models"]) | set(saved["missing"]) == {"S4D", "Mamba", "GPT", "LSTM", "WaveNet"}
+    for m in saved["models"].values():
+        assert 0 <= m["all_tokens_right"] <= m["accuracy"] <= 1 and len(m["accuracy_by_index"]) == tokens
+    sizes = [m["parameters"] for m in saved["models"].values()]
+    assert max(sizes) < 2 * min(sizes)  # matched size
+    span = saved["options"]["length"] + 1 + tokens
+    assert saved["models"]["WaveNet"]["receptive_field"] >= span  # it can see the whole sequence
+
+
+def test_induction_heads(tmp_path):
+    results = get_experiment("induction_heads").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    n = saved["options"]["train_length"]
+    assert saved["scales"] == [1, 2, 4, 8, 16]
+    for m in saved["models"].values():
+        assert [int(s) for s in m["accuracy"]] == saved["scales"]
+        assert all(0 <= a <= 1 for a in m["accuracy"].values())
+    assert n + 1 <= saved["models"]["WaveNet"]["receptive_field"] < 16 * n  # covers the training length only
+
+
+def test_induction_claims_and_missing_families():
+    from hf_seq.experiments.induction_heads import claims
+    from hf_seq.experiments.selective_copying import available
+
+    flat, falling = {1: 1.0, 2: 1.0, 4: 0.98, 8: 0.95, 16: 0.93}, {1: 1.0, 2: 0.7, 4: 0.3, 8: 0.1, 16: 0.07}
+    rows = claims({"Mamba": {"accuracy": flat}, "GPT (RoPE)": {"accuracy": falling}}, {})
+    assert [row["agrees"] for row in rows] == [True, True]
+    rows = claims({"Mamba": {"accuracy": falling}, "GPT (RoPE)": {"accuracy": flat}}, {})
+    assert [row["agrees"] for row in rows] == [False, False]
+    kept, missing = available(["GPT", "X"], {"GPT": ("gpt", {}), "X": ("no_such_family", {})})
+    assert kept == ["GPT"] and "no_such_family" in missing["X"]
+    assert not claims({}, missing)[0]["agrees"]
+    with pytest.raises(ValueError, match="unknown member"):
+        available(["Y"])

@@ -24,6 +24,8 @@ EXPERIMENTS = {
     "attention_maps": "every head of every layer of a small trained GPT, BERT and Transformer on one sentence",
     "exposure_bias": "teacher forcing vs scheduled sampling (Bengio et al. 2015): error rate against output position",
     "bottleneck": "sequence reversal: encoder-decoder without attention, with Bahdanau attention, Transformer",
+    "selective_copying": "Selective Copying (Gu and Dao 2023): S4D, Mamba, GPT, LSTM, WaveNet of equal size",
+    "induction_heads": "Induction Heads (Gu and Dao 2023): S4D, Mamba, GPT, LSTM, WaveNet at 1x-16x the trained length",
 }
 
 
