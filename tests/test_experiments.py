@@ -278,6 +278,9 @@ def test_induction_claims_and_missing_families():
     assert [row["agrees"] for row in rows] == [True, True]
     rows = claims({"Mamba": {"accuracy": falling}, "GPT (RoPE)": {"accuracy": flat}}, {})
     assert [row["agrees"] for row in rows] == [False, False]
+    unlearned = {s: 0.1 for s in flat}  # chance everywhere: it drops by nothing, and it never learned
+    rows = claims({"Mamba": {"accuracy": flat}, "GPT (RoPE)": {"accuracy": unlearned}}, {})
+    assert not rows[1]["agrees"] and "did not learn it at 1x" in rows[1]["measured"]
     kept, missing = available(["GPT", "X"], {"GPT": ("gpt", {}), "X": ("no_such_family", {})})
     assert kept == ["GPT"] and "no_such_family" in missing["X"]
     assert not claims({}, missing)[0]["agrees"]
