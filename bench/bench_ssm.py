@@ -1,0 +1,192 @@
+"""hf-seq's Mamba (`SSMForCausalLM`, ssm_type="mamba") against transformers' `MambaForCausalLM` on its PyTorch path
+(what runs on a CPU, where the fused CUDA kernels do not exist), at the same configuration and with the same weights
+(the reference is `hf_seq.convert.to_transformers(ours)`; the logits are checked equal first).
+
+- Training throughput: forward + backward + AdamW step on a fixed random batch, tokens/s. transformers' PyTorch path
+  runs the selective scan as a Python loop over the time steps; hf-seq's scan computes chunks of `scan_chunk_size`
+  steps at once (models/scan.py).
+- Decoding: ms per generated token (batch 1, greedy, the model's own state) after a context of 64, 512 and 2048
+  tokens, for both: the state is O(1), so the cost should not grow with the context. The context is fed once (not
+  timed), then `--decode-steps` one-token forward passes are timed.
+
+The models alternate within each round (the order reversing between rounds); figures are medians over rounds and
+ratios the median of per-round ratios (ours / transformers for speed), with their range. On a quiet 2-core CPU a
+model timed against itself reads 0.92-1.04: a ratio within about 0.08 of 1 is noise.
+
+    python bench/bench_ssm.py --quick     # a tiny configuration, a few seconds, nothing written
+    python bench/bench_ssm.py             # writes bench/results/ssm_cpu.md
+"""
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from bench_gpt import machine_description
+
+from hf_seq import SSMConfig, SSMForCausalLM
+from hf_seq.convert import to_transformers
+from hf_seq.models.utils import CACHE_NAME
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    state_size: int
+    batch_size: int
+    seq_len: int
+    train_steps: int  # timed steps per model per round
+
+
+SIZES = {"small": Size("small", 8000, 256, 4, 16, 4, 256, 1)}
+QUICK = Size("quick", 500, 32, 2, 8, 2, 32, 1)
+CONTEXTS = (64, 512, 2048)
+MODELS = ("ours", "transformers")
+
+
+def build(size: Size) -> dict:
+    config = SSMConfig(
+        vocab_size=size.vocab_size,
+        hidden_size=size.hidden_size,
+        num_hidden_layers=size.num_layers,
+        ssm_type="mamba",
+        state_size=size.state_size,
+    )
+    torch.manual_seed(0)
+    ours = SSMForCausalLM(config)
+    return {"ours": ours, "transformers": to_transformers(ours)}
+
+
+def max_logit_difference(models: dict, size: Size) -> float:
+    ids = torch.randint(3, size.vocab_size, (2, size.seq_len), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits = [models[name].eval()(ids).logits for name in MODELS]
+    return (logits[0] - logits[1]).abs().max().item()
+
+
+class TrainingRun:
+    def __init__(self, model, size: Size):
+        self.model = model.train()
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        generator = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(3, size.vocab_size, (size.batch_size, size.seq_len), generator=generator)
+
+    def run(self, steps: int) -> float:
+        self.model.train()
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.model(input_ids=self.ids, labels=self.ids).loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+
+@torch.no_grad()
+def decode_ms_per_token(model, context: int, steps: int, vocab_size: int) -> float:
+    """Feed `context` tokens once, then time `steps` one-token forward passes that carry the model's state (passed
+    and returned under the installed transformers' cache name, which both models take)."""
+    model.eval()
+    ids = torch.randint(3, vocab_size, (1, context), generator=torch.Generator().manual_seed(4))
+    out = model(input_ids=ids, use_cache=True)
+    token = out.logits[:, -1:].argmax(-1)
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = model(input_ids=token, use_cache=True, **{CACHE_NAME: getattr(out, CACHE_NAME)})
+        token = out.logits[:, -1:].argmax(-1)
+    return (time.perf_counter() - start) / steps * 1000
+
+
+def summary(ours: list[float], theirs: list[float], higher_is_faster: bool) -> dict:
+    """Medians, and the median and range of the per-round speed ratios ours / transformers."""
+    ratios = [a / b if higher_is_faster else b / a for a, b in zip(ours, theirs)]
+    return {
+        "ours": statistics.median(ours),
+        "transformers": statistics.median(theirs),
+        "ratio": statistics.median(ratios),
+        "range": (min(ratios), max(ratios)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--decode-steps", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--output", default=None, help="default: bench/results/ssm_cpu.md")
+    args = parser.parse_args()
+    torch.set_flush_denormal(True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    size = QUICK if args.quick else SIZES["small"]
+    rounds = 2 if args.quick else args.rounds
+    contexts = (16, 64) if args.quick else CONTEXTS
+    models = build(size)
+    difference = max_logit_difference(models, size)
+    print(f"max |logits ours - transformers| = {difference:.2e}")
+
+    runs = {name: TrainingRun(models[name], size) for name in MODELS}
+    for name in MODELS:
+        runs[name].run(1)  # warm-up
+    tokens = size.batch_size * size.seq_len * size.train_steps
+    speed = {name: [] for name in MODELS}
+    decode = {(name, c): [] for name in MODELS for c in contexts}
+    for r in range(rounds):
+        order = MODELS if r % 2 == 0 else MODELS[::-1]
+        for name in order:
+            speed[name].append(tokens / runs[name].run(size.train_steps))
+        for context in contexts:
+            for name in order:
+                decode[name, context].append(
+                    decode_ms_per_token(models[name], context, args.decode_steps, size.vocab_size)
+                )
+    train = summary(speed["ours"], speed["transformers"], higher_is_faster=True)
+    print(
+        f"training tokens/s: ours {train['ours']:.0f}, transformers {train['transformers']:.0f}, "
+        f"ratio {train['ratio']:.2f} [{train['range'][0]:.2f}-{train['range'][1]:.2f}]"
+    )
+    rows = []
+    for context in contexts:
+        d = summary(decode["ours", context], decode["transformers", context], higher_is_faster=False)
+        rows.append((context, d))
+        print(
+            f"decode after {context} tokens: ours {d['ours']:.2f} ms/token, transformers {d['transformers']:.2f} "
+            f"ms/token, speed ratio {d['ratio']:.2f} [{d['range'][0]:.2f}-{d['range'][1]:.2f}]"
+        )
+    if args.quick:
+        return
+    command = "python bench/bench_ssm.py" + (f" --threads {args.threads}" if args.threads else "")
+    command += f" --rounds {args.rounds}" if args.rounds != 5 else ""
+    lines = [
+        "# hf-seq Mamba (SSMForCausalLM) vs transformers' MambaForCausalLM, PyTorch path (CPU)",
+        "",
+        *machine_description("cpu"),
+        f"- Command: `{command}`",
+        "",
+        f"Same weights (`to_transformers`); max |logits difference| {difference:.1e}. Size: d {size.hidden_size}, "
+        f"{size.num_layers} layers, N {size.state_size}, expand 2, vocab {size.vocab_size}; {rounds} interleaved "
+        "rounds, medians; ratio = median of per-round ratios (ours / transformers in speed), range in brackets. A "
+        "ratio within about 0.08 of 1 is noise here.",
+        "",
+        "| measure | ours | transformers | ratio (speed) |",
+        "|---|---|---|---|",
+        f"| training tokens/s (batch {size.batch_size} x {size.seq_len}, AdamW) | {train['ours']:.0f} | "
+        f"{train['transformers']:.0f} | {train['ratio']:.2f} [{train['range'][0]:.2f}-{train['range'][1]:.2f}] |",
+    ]
+    for context, d in rows:
+        lines.append(
+            f"| decode ms/token after {context} tokens (batch 1) | {d['ours']:.2f} | {d['transformers']:.2f} | "
+            f"{d['ratio']:.2f} [{d['range'][0]:.2f}-{d['range'][1]:.2f}] |"
+        )
+    output = Path(args.output or Path(__file__).parent / "results" / "ssm_cpu.md")
+    output.write_text("\n".join(lines) + "\n")
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()
