@@ -353,14 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_push)
 
     p = commands.add_parser(
-        "lineage", help="n-gram, fixed-window, Elman, GRU, LSTM, GPT on one corpus and budget, sizes matched"
+        "lineage", help="n-gram, window, WaveNet, Elman, GRU, LSTM, GPT, Mamba: one corpus and budget, sizes matched"
     )
     p.add_argument("--corpus", default="stdlib", help="stdlib (default), local text files or a Hub dataset name")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--budget-tokens", type=int, help="training tokens per member (default 2**20)")
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
-    p.add_argument("--members", help="a comma-separated subset of ngram,window,elman,gru,lstm,gpt")
+    p.add_argument("--members", help="a comma-separated subset of ngram,window,conv,elman,gru,lstm,gpt,ssm")
     p.add_argument("--max-chars", type=int, help="characters of the corpus to read (default 3,000,000)")
     p.add_argument("--threads", type=int, help="torch threads (default: one per idle core)")
     p.add_argument("--output-dir", default="lineage")

@@ -1,7 +1,8 @@
 """The lineage study: the lectures' story of language models, n-gram (Shannon 1948; Kneser-Ney smoothing), the
-fixed-window neural LM (Bengio et al. 2003), Elman's recurrent network (1990), the gated cells (GRU 2014, LSTM 1997)
-and the Transformer decoder (GPT), trained on one corpus with one tokenizer under one budget, sizes matched by
-parameter count, and scored on the same held-out tokens with the same bits-per-byte computation.
+fixed-window neural LM (Bengio et al. 2003), WaveNet's dilated causal convolutions (van den Oord et al. 2016),
+Elman's recurrent network (1990), the gated cells (GRU 2014, LSTM 1997), the Transformer decoder (GPT) and the
+selective state-space model (Mamba, Gu and Dao 2023), trained on one corpus with one tokenizer under one budget, sizes
+matched by parameter count, and scored on the same held-out tokens with the same bits-per-byte computation.
 
     hf-seq lineage [--corpus stdlib] [--budget-tokens N | --budget-seconds S] [--quick] [--output-dir DIR]
 
@@ -25,11 +26,13 @@ from pathlib import Path
 from hf_seq.errors import InvalidValueError
 from hf_seq.hub import public_name
 
-MEMBERS = ("ngram", "window", "elman", "gru", "lstm", "gpt")
-LECTURE_ORDER = MEMBERS  # worst to best in the lectures' story
+MEMBERS = ("ngram", "window", "conv", "elman", "gru", "lstm", "gpt", "ssm")
+LECTURE_ORDER = MEMBERS  # worst to best in the lectures' story (the next chapter's SSM last: Gu and Dao 2023)
 TITLES = {
     "ngram": "5-gram, interpolated Kneser-Ney",
     "window": "fixed-window MLP (Bengio et al. 2003)",
+    "conv": "WaveNet, dilated causal convolutions",
+    "ssm": "Mamba, selective state space",
     "elman": "Elman RNN (tanh)",
     "gru": "GRU",
     "lstm": "LSTM",
@@ -48,6 +51,8 @@ SETTINGS = {
         rnn_layers=2,
         gpt_layers=2,
         window_context=8,
+        conv_layers=4,  # dilations 1, 2, 4, 8: a receptive field of 16 tokens
+        ssm_layers=3,
         ngram_order=5,
         learning_rate=2e-3,
         warmup_steps=20,
@@ -66,6 +71,8 @@ SETTINGS = {
         rnn_layers=1,
         gpt_layers=1,
         window_context=3,
+        conv_layers=4,
+        ssm_layers=2,
         ngram_order=3,
         learning_rate=3e-3,
         warmup_steps=2,
@@ -103,6 +110,18 @@ def member_model(name: str, s: dict, size: int) -> tuple[str, dict]:
             hidden_dropout=0.0,
         )
         return "gpt", model
+    if name == "conv":  # WaveNet: residual channels = the width; the skip channels are what is sized
+        model = dict(
+            hidden_size=width,
+            kernel_size=2,
+            dilation_cycle=s["conv_layers"],
+            num_blocks=1,
+            skip_channels=size,
+            tie_word_embeddings=True,
+        )
+        return "conv", model
+    if name == "ssm":  # Mamba blocks of the width (inner width 2x); the state size N is what is sized
+        return "ssm", dict(ssm_type="mamba", hidden_size=width, num_hidden_layers=s["ssm_layers"], state_size=size)
     raise ValueError(f"unknown lineage member {name!r}; allowed values: {list(MEMBERS)}.")
 
 
@@ -265,7 +284,7 @@ def write_report(result: dict, output_dir: Path) -> None:
     ranked = sorted(records, key=lambda r: r["eval_bits_per_byte"])
     fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
     lines = [
-        "# The lineage: n-gram, fixed window, Elman, GRU, LSTM, GPT",
+        "# The lineage: n-gram, fixed window, WaveNet, Elman, GRU, LSTM, GPT, Mamba",
         "",
         f"Corpus `{result['corpus']}`, one byte-level BPE tokenizer of {result['vocab_size']:,} tokens, blocks of "
         f"{result['block_size']} tokens; budget: {result['budget']}. Neural members: embedding width "
