@@ -192,6 +192,18 @@ def test_selective_scan_in_chunks_equals_the_recurrence(chunk_size):
     torch.testing.assert_close(state, last, rtol=1e-5, atol=1e-5)
 
 
+def test_selective_scan_stays_finite_for_large_inputs():
+    """Delta B u up to about 1e13 with fast decays: the chunk's factors exp(c_t - m) and exp(m - c_s) stay inside
+    float32's range, and the outputs are the float64 recurrence's to float32 precision (relative to their scale)."""
+    u, delta, A, B, C, D = selective_inputs(length=150)
+    for delta_scale, input_scale in ((50, 1e6), (1, 1e12)):
+        inputs = (u, delta * delta_scale, A, B * input_scale, C, D)
+        expected, _ = mamba_steps(*(t.double() for t in inputs))
+        y, state = selective_scan(*inputs, chunk_size=4)
+        assert torch.isfinite(y).all() and torch.isfinite(state).all()
+        assert ((y.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6
+
+
 @pytest.mark.parametrize("length", [1, 7, 9])
 def test_the_scans_hand_written_gradient_is_the_gradient(length):
     """SelectiveScan's backward (the reverse recurrence) against finite differences, in float64, for every input:

@@ -42,9 +42,11 @@ running sum c_t = sum_{r<=t} a_r from the chunk's start, b_s = Delta_s B_s u_s a
     x_t = exp(c_t) x_0 + sum_{s<=t} exp(c_t - c_s) b_s = exp(c_t) (x_0 + sum_{s<=t} exp(-c_s) b_s)
 
 all T_c steps at once, by one cumulative sum: O(T_c) work per (channel, mode), as the recurrence itself. exp(-c_s)
-grows along a chunk, so a chunk is at most 4 steps and each step's decay is floored at exp(-20) (a state that decays
-faster than 2e-9 in one step is gone to float32 either way): 4 x 20 keeps every factor inside float32's range. The
-state leaving a chunk enters the next one: a loop over the L / T_c chunks, none over single steps.
+grows along a chunk, so a chunk is at most 4 steps, each step's decay is floored at exp(-20) (a state that decays
+faster than 2e-9 in one step is gone to float32 either way) and the two factors are taken about the chunk's middle,
+exp(c_t - c_s) = exp(c_t - m) exp(m - c_s): each within exp(+-40), so an input as large as 1e20 stays inside
+float32's range. The state leaving a chunk enters the next one: a loop over the L / T_c chunks, none over single
+steps.
 
 The gradient runs the same recurrence backwards (`SelectiveScan.backward`): with g_t = dLoss/dx_t,
 
@@ -130,7 +132,9 @@ def linear_recurrence(a, b, x0, chunk_size):
     a, b = (nn.functional.pad(t, (0, pad)).unflatten(-1, (-1, chunk_size)) for t in (a, b))
     c = a.cumsum(-1)
     decay = torch.exp(c)
-    states = (b * torch.exp(-c)).cumsum_(-1).mul_(decay)
+    # exp(c_t - c_s) = exp(c_t - m) exp(m - c_s) with m halfway down the chunk's decay: each factor within exp(+-40)
+    middle = c[..., chunk_size // 2 - 1 : chunk_size // 2] if chunk_size > 1 else c
+    states = (b * torch.exp(middle - c)).cumsum_(-1).mul_(torch.exp(c - middle))
     x, entering = x0, []
     for chunk_decay, chunk_end in zip(decay[..., -1].unbind(-1), states[..., -1].unbind(-1)):
         entering.append(x)
