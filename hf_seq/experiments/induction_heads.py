@@ -3,8 +3,8 @@ of random tokens and again at its end; the model must answer with the token that
 (associative recall). Trained at one length, tested on sequences up to 16 times longer: a model that has learned to
 recall rather than to count positions keeps its accuracy.
 
-Members of about the same number of weights, built through the registry, trained on the same batches with the same
-optimizer, schedule and number of steps (those of `selective_copying`, plus a second GPT):
+The members of `selective_copying` plus a second GPT, of about the same number of weights, built through the
+registry, trained on the same batches with the same optimizer, schedule and number of steps:
 
 - `S4D`: the time-invariant SSM; `Mamba`: the selective SSM (state size 4, see `selective_copying`).
 - `GPT (RoPE)` and `GPT (ALiBi)`: two attention layers whose positions are defined at any length. Learned
@@ -56,7 +56,7 @@ DEFAULTS = dict(
     parameters=16_000,
     train_length=32,
     vocab_size=16,
-    steps=1500,
+    steps=3000,
     batch_size=32,
     learning_rate=1e-2,
     test_examples=256,  # per length
