@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import can_return_tuple
 
 from .configuration_conv import ConvConfig
@@ -31,9 +31,9 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    StatefulCausalLMHead,
     cache_argument,
     cache_field,
-    cache_of,
     check_attention_mask,
     check_input_ids,
 )
@@ -171,7 +171,7 @@ class ConvModel(ConvPreTrainedModel):
         )
 
 
-class ConvForCausalLM(ConvPreTrainedModel, CheckedGenerationMixin):
+class ConvForCausalLM(StatefulCausalLMHead, ConvPreTrainedModel, CheckedGenerationMixin):
     """logits = U ReLU(P ReLU(sum_l s_l)) + b at every position: the next-token logits. `lm_head` is U and b (WaveNet's
     last 1x1 convolution); with tied embeddings U is the token embedding table."""
 
@@ -182,44 +182,6 @@ class ConvForCausalLM(ConvPreTrainedModel, CheckedGenerationMixin):
         self.model = ConvModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
         self.post_init()
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        past_key_values: ConvState | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
-        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(outputs.last_hidden_state[:, keep, :])
-        loss = None
-        if labels is not None:
-            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(
-            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
-        )
 
 
 __all__ = ["ConvState", "ConvLayer", "ConvPreTrainedModel", "ConvModel", "ConvForCausalLM"]

@@ -16,7 +16,6 @@ from torch import nn
 from transformers import initialization as init
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
-    CausalLMOutputWithPast,
     SequenceClassifierOutputWithPast,
     TokenClassifierOutput,
 )
@@ -29,6 +28,7 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    StatefulCausalLMHead,
     cache_argument,
     cache_field,
     cache_of,
@@ -128,7 +128,7 @@ class RNNModel(RNNPreTrainedModel):
         )
 
 
-class RNNForCausalLM(TransposedWeightsDecoding, RNNPreTrainedModel, CheckedGenerationMixin):
+class RNNForCausalLM(TransposedWeightsDecoding, StatefulCausalLMHead, RNNPreTrainedModel, CheckedGenerationMixin):
     """The recurrent language model (the design of Mikolov et al. 2010 and Zaremba et al. 2014): predicts token
     t+1 from the top layer's state at t, through the (tied) output embedding. `generate()` on CPU reads the output
     projection as a contiguous W^T copy (models/decoding.py); the one-step update is already one fused cell kernel
@@ -155,46 +155,11 @@ class RNNForCausalLM(TransposedWeightsDecoding, RNNPreTrainedModel, CheckedGener
         self.lm_head = nn.Linear(config.embedding_size, config.vocab_size)
         self.post_init()
 
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        past_key_values: RecurrentState | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
-        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+    def head_logits(self, outputs, keep) -> torch.Tensor:
         hidden_states = self.output_dropout(outputs.last_hidden_state[:, keep, :])
         if self.output_projection is not None:
             hidden_states = self.output_projection(hidden_states)
-        logits = self.lm_head(hidden_states)
-        loss = None
-        if labels is not None:
-            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(
-            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
-        )
+        return self.lm_head(hidden_states)
 
 
 def _classifier_dropout(config: RNNConfig) -> float:

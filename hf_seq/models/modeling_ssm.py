@@ -32,7 +32,6 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
-    CausalLMOutputWithPast,
     SequenceClassifierOutputWithPast,
 )
 from transformers.utils import can_return_tuple
@@ -45,9 +44,9 @@ from .state import SSMState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    StatefulCausalLMHead,
     cache_argument,
     cache_field,
-    cache_of,
     check_attention_mask,
     check_input_ids,
     last_token_indices,
@@ -292,7 +291,7 @@ class SSMModel(SSMPreTrainedModel):
         )
 
 
-class SSMForCausalLM(SSMPreTrainedModel, CheckedGenerationMixin):
+class SSMForCausalLM(StatefulCausalLMHead, SSMPreTrainedModel, CheckedGenerationMixin):
     """Predicts token t+1 from the top state at t through the (tied) output embedding."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -302,44 +301,6 @@ class SSMForCausalLM(SSMPreTrainedModel, CheckedGenerationMixin):
         self.model = SSMModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        past_key_values: SSMState | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
-        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(outputs.last_hidden_state[:, keep, :])
-        loss = None
-        if labels is not None:
-            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(
-            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
-        )
 
 
 class SSMForSequenceClassification(SSMPreTrainedModel):

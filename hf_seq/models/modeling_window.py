@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import can_return_tuple
 
 from .configuration_window import WindowConfig
@@ -25,9 +25,9 @@ from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
+    StatefulCausalLMHead,
     cache_argument,
     cache_field,
-    cache_of,
     check_attention_mask,
     check_input_ids,
 )
@@ -151,7 +151,7 @@ class WindowModel(WindowPreTrainedModel):
         )
 
 
-class WindowForCausalLM(WindowPreTrainedModel, CheckedGenerationMixin):
+class WindowForCausalLM(StatefulCausalLMHead, WindowPreTrainedModel, CheckedGenerationMixin):
     """y = b + W x + U tanh(d + H x), the next-token logits at every position.
 
     `lm_head` is U and b; with tied embeddings U = C^T P (`output_projection` is P, present when h != m);
@@ -173,48 +173,14 @@ class WindowForCausalLM(WindowPreTrainedModel, CheckedGenerationMixin):
             self.direct = nn.Linear(config.context_size * config.embedding_size, config.vocab_size, bias=False)
         self.post_init()
 
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        past_key_values: WindowState | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
-        for the last k positions only (0: all), or for the positions in a 1D index tensor."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+    def head_logits(self, outputs, keep) -> torch.Tensor:
         hidden_states = outputs.last_hidden_state[:, keep, :]
         if self.output_projection is not None:
             hidden_states = self.output_projection(hidden_states)
         logits = self.lm_head(hidden_states)  # b + U tanh(d + H x)
         if self.direct is not None:
             logits = logits + self.direct(outputs.window[:, keep, :])  # + W x
-        loss = None
-        if labels is not None:
-            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(
-            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
-        )
+        return logits
 
 
 __all__ = ["WindowState", "WindowPreTrainedModel", "WindowModel", "WindowForCausalLM"]

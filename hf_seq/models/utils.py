@@ -6,7 +6,8 @@ import inspect
 import torch
 from safetensors import SafetensorError
 from transformers import CompileConfig, GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import can_return_tuple
 
 # transformers 5.24 renamed generate()'s cache argument and the outputs' field from `past_key_values` to `cache`
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
@@ -207,7 +208,7 @@ class CheckedPreTrainedModel(PreTrainedModel):
         # transformers' generate() reads the signature of a remote-code model's forward at every decoding step (to
         # see whether it still takes `cache_position`); unwrapping the decorators costs about 0.17 ms each time, so
         # a 32-token beam search spent 2% of its time there. The signature is fixed when the class is made.
-        forward = cls.__dict__.get("forward")
+        forward = getattr(cls, "forward", None)  # its own, or one a mixin gives it (StatefulCausalLMHead)
         if forward is not None and "__signature__" not in getattr(forward, "__dict__", {}):
             forward.__signature__ = inspect.signature(forward)
 
@@ -327,3 +328,53 @@ def check_loaded_weights(model, info: dict, source: str, mismatch_allowed: bool 
 def _some(names: list, limit: int = 8) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+class StatefulCausalLMHead:
+    """The causal-LM head of the families that carry their own state (RNN, fixed window, WaveNet, SSM): `self.model`
+    returns the last hidden states (and the state under the cache field), `self.lm_head` maps them to the vocabulary.
+    Put it before the family's PreTrainedModel among the bases; a family with more between the states and the logits
+    (a projection, dropout, direct connections) overrides `head_logits`."""
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    def head_logits(self, outputs, keep) -> torch.Tensor:
+        """The logits at the positions `keep` selects, from the backbone's outputs."""
+        return self.lm_head(outputs.last_hidden_state[:, keep, :])
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
+        for the last k positions only (0: all), or for the positions in a 1D index tensor. `past_key_values`: the
+        state a previous call returned."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.head_logits(outputs, keep)
+        loss = None
+        if labels is not None:
+            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
+        )
