@@ -222,6 +222,16 @@ def _gpt2_config_to_ours(config) -> GPTConfig:
     )
 
 
+def _require(options: dict, config, other: str, model: str) -> None:
+    """to_transformers: each of `options` must hold the one value the other library's `model` has."""
+    for option, supported in options.items():
+        if getattr(config, option) != supported:
+            raise ValueError(
+                f"to_transformers: {type(config).__name__}.{option}={getattr(config, option)!r} has no {other} "
+                f"equivalent ({model} needs {option}={supported!r})."
+            )
+
+
 def _gpt_config_to_gpt2(config: GPTConfig):
     gpt2_options = {
         "position_embedding_type": "learned",
@@ -232,12 +242,7 @@ def _gpt_config_to_gpt2(config: GPTConfig):
         "is_causal": True,
         "num_local_experts": 0,  # GPT-2's feed-forward is dense
     }
-    for option, supported in gpt2_options.items():
-        if getattr(config, option) != supported:
-            raise ValueError(
-                f"to_transformers: GPTConfig.{option}={getattr(config, option)!r} has no GPT-2 equivalent "
-                f"(GPT2LMHeadModel needs {option}={supported!r})."
-            )
+    _require(gpt2_options, config, "GPT-2", "GPT2LMHeadModel")
     if config.hidden_act not in ("gelu_new", "gelu", "relu"):
         raise ValueError(
             f"to_transformers: GPTConfig.hidden_act={config.hidden_act!r} has no GPT-2 equivalent; "
@@ -352,12 +357,7 @@ def _bert_config_to_ours(config, head: bool) -> BERTConfig:
 
 def _bert_config_to_reference(config: BERTConfig, head: bool):
     bert_options = {"norm_type": "layernorm", "norm_position": "post", "attention_bias": True, "mlp_bias": True}
-    for option, supported in bert_options.items():
-        if getattr(config, option) != supported:
-            raise ValueError(
-                f"to_transformers: BERTConfig.{option}={getattr(config, option)!r} has no BERT equivalent "
-                f"(BertModel needs {option}={supported!r})."
-            )
+    _require(bert_options, config, "BERT", "BertModel")
     if config.hidden_act not in ("gelu", "gelu_new", "relu"):
         raise ValueError(
             f"to_transformers: BERTConfig.hidden_act={config.hidden_act!r} has no BERT equivalent; "
@@ -505,12 +505,7 @@ def _transformer_config_to_marian(config: TransformerConfig):
         "attention_bias": True,
         "mlp_bias": True,
     }
-    for option, supported in marian_options.items():
-        if getattr(config, option) != supported:
-            raise ValueError(
-                f"to_transformers: TransformerConfig.{option}={getattr(config, option)!r} has no Marian equivalent "
-                f"(MarianMTModel needs {option}={supported!r})."
-            )
+    _require(marian_options, config, "Marian", "MarianMTModel")
     if config.hidden_act not in ("relu", "gelu", "gelu_new"):
         raise ValueError(
             f"to_transformers: TransformerConfig.hidden_act={config.hidden_act!r} has no Marian equivalent; "
@@ -637,12 +632,7 @@ def _mamba_config_to_ours(config) -> SSMConfig:
 
 
 def _ssm_config_to_mamba(config: SSMConfig):
-    for option, supported in {"ssm_type": "mamba", "hidden_dropout": 0.0}.items():
-        if getattr(config, option) != supported:
-            raise ValueError(
-                f"to_transformers: SSMConfig.{option}={getattr(config, option)!r} has no Mamba equivalent "
-                f"(MambaForCausalLM needs {option}={supported!r})."
-            )
+    _require({"ssm_type": "mamba", "hidden_dropout": 0.0}, config, "Mamba", "MambaForCausalLM")
     return transformers.MambaConfig(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
