@@ -81,6 +81,28 @@ def _architecture_class(folder: Path, config) -> str:
     return "AutoModel"
 
 
+DISTRIBUTED = {
+    "NO": "one process",
+    "MULTI_CPU": "data parallel (DDP) over CPU processes",
+    "MULTI_GPU": "data parallel (DDP) over GPUs",
+    "FSDP": "fully sharded data parallel (FSDP2)",
+    "DEEPSPEED": "DeepSpeed",
+}
+
+
+def describe_distributed(metrics: dict) -> str:
+    """How a run ran, from its metrics: 'It trained on 2 processes: fully sharded data parallel (FSDP2) ...'."""
+    kind = metrics["distributed_type"]
+    processes = metrics.get("num_processes", 1)
+    how = DISTRIBUTED.get(kind, kind)
+    text = f"It trained on {processes} process{'es' if processes != 1 else ''}: {how}"
+    share = metrics.get("parameters_per_process")
+    if share is not None and share < 1:
+        text += f", each holding {share:.0%} of the parameters"
+    precision = metrics.get("mixed_precision", "no")
+    return text + (f", {precision} mixed precision." if precision != "no" else ", fp32.")
+
+
 def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, repo_id: str | None = None) -> Path:
     """Write (or refresh) folder/README.md from the saved config and, when present, the run's recipe and metrics
     (arguments, else recipe.json / metrics.json in the folder)."""
@@ -155,6 +177,8 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
                 f"\n\nMeasured by the training run on its held-out split after {metrics['steps']} steps "
                 f"({metrics.get('tokens', 0):,} training tokens, {metrics.get('seconds', 0):.0f} s)."
             )
+            if metrics.get("distributed_type"):
+                extra += " " + describe_distributed(metrics)
         for prefix, split in (("eval", "validation"), ("test", "test")):
             scored, total = metrics.get(f"{prefix}_examples"), metrics.get(f"{prefix}_examples_total")
             if scored:

@@ -31,7 +31,7 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from hf_seq import tasks
+from hf_seq import sharding, tasks
 from hf_seq.checksums import record_checksums, verify_checksums
 from hf_seq.errors import DamagedRunError, InvalidValueError, MissingFileError, RunExistsError
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
@@ -127,6 +127,46 @@ def busy_cores(seconds: float = 0.3) -> float:
         return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
+def make_optimizer(model: torch.nn.Module, t, accelerator: Accelerator) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
+        decay_parameter_groups(model, t.weight_decay),
+        lr=t.learning_rate,
+        betas=(0.9, t.adam_beta2),
+        fused=accelerator.device.type == "cuda",  # one kernel for the whole update on a GPU
+    )
+
+
+def shard_model(model: torch.nn.Module, settings, accelerator: Accelerator, t) -> torch.nn.Module:
+    """FSDP2 units over the processes (hf_seq/sharding.py), the recipe's autocast on the forward (the parameters
+    stay fp32, as in an unsharded run), and `training.compile` in place."""
+    import types
+
+    model.to(accelerator.device)
+    units = sharding.shard(model, settings)
+    accelerator.print(
+        f"FSDP2: {', '.join(units) or 'the whole model'} sharded over {accelerator.num_processes} process(es)"
+    )
+    if t.mixed_precision != "no":
+        dtype = torch.bfloat16 if t.mixed_precision == "bf16" else torch.float16
+        autocast = torch.autocast(accelerator.device.type, dtype=dtype)
+        model.forward = types.MethodType(autocast(type(model).forward), model)
+    if t.compile:
+        model.compile()
+    return model
+
+
+def describe_distributed(accelerator: Accelerator, fsdp, t, model) -> dict:
+    """How the run ran, for metrics.json and the card: what sharded it, over how many processes, in which precision,
+    and the share of the parameters one process held."""
+    kind = "FSDP" if fsdp else str(accelerator.distributed_type).split(".")[-1]
+    return {
+        "distributed_type": kind,
+        "num_processes": accelerator.num_processes,
+        "mixed_precision": t.mixed_precision,
+        "parameters_per_process": round(sharding.local_share(model), 4),
+    }
+
+
 # ---------------------------------------------------------------------------------------------- checkpoints
 def checkpoints(output_dir: Path) -> list[Path]:
     """Complete checkpoints (their state.json is written last), newest first."""
@@ -139,7 +179,8 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, scheduler, keep: int) -> None:
+def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, scheduler, keep: int, shards=None) -> None:
+    """`shards`: (model, optimizer) of a sharded run, whose states each process writes itself."""
     folder = output_dir / "checkpoints"
     final = folder / f"{CHECKPOINT_PREFIX}{state['step']}"
     partial = folder / f".partial-{CHECKPOINT_PREFIX}{state['step']}"
@@ -154,6 +195,8 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
     accelerate_logger.setLevel(logging.ERROR)
     try:
         accelerator.save_state(str(partial), safe_serialization=True)
+        if shards:
+            sharding.save_shards(*shards, partial, accelerator.process_index)
     except OSError as error:  # a full disk, a quota: the earlier checkpoints are untouched
         earlier = latest_checkpoint(output_dir)
         raise OSError(
@@ -177,7 +220,7 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
     accelerator.wait_for_everyone()
 
 
-def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler) -> dict:
+def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler, shards=None) -> dict:
     """The newest checkpoint that loads; one that does not (a file cut short, a disk that filled, weights that differ
     from their recorded SHA-256) is reported and the previous one is tried. Only tensors, safetensors and JSON are
     read: a pickle planted in the folder is refused."""
@@ -196,6 +239,8 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler) -> di
             if not list(checkpoint.glob("random_states_*.pkl")):
                 raise FileNotFoundError(f"{checkpoint} has no random_states_*.pkl: the resume would not be exact")
             accelerator.load_state(str(checkpoint))
+            if shards:
+                sharding.load_shards(*shards, checkpoint, accelerator.process_index)
             state = json.loads((checkpoint / "state.json").read_text())
             scheduler.load_state_dict({**state.pop("scheduler"), "lr_lambdas": [None] * len(scheduler.lr_lambdas)})
         except Exception as error:  # noqa: BLE001  (any damage: say which file, fall back to an older checkpoint)
@@ -283,6 +328,9 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     if t.mixed_precision == "fp16" and on_cpu:
         raise RecipeError("training.mixed_precision='fp16' needs a GPU; on a CPU use 'bf16' (or 'no')")
     tracker = resolve_tracker(t.log_with)
+    fsdp = sharding.requested()  # `accelerate launch --config_file recipes/accelerate/fsdp.yaml`
+    if fsdp and t.mixed_precision == "fp16":
+        raise RecipeError("training.mixed_precision='fp16' is not supported with FSDP in hf-seq; use 'bf16'")
     # cpu=True on a machine without an accelerator makes torchrun's processes join over gloo (multi-CPU data parallel)
     accelerator = Accelerator(
         mixed_precision=t.mixed_precision,
@@ -324,15 +372,20 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     set_seed(t.seed)
     model = build_model(recipe, prepared)
     collator = task.collator(recipe, tokenizer, model)
-    optimizer = torch.optim.AdamW(
-        decay_parameter_groups(model, t.weight_decay), lr=t.learning_rate, betas=(0.9, t.adam_beta2)
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
+    if fsdp:  # hf-seq shards the model itself (hf_seq/sharding.py); accelerate launched the processes
+        model = shard_model(model, fsdp, accelerator, t)
+        optimizer = make_optimizer(model, t, accelerator)
+    else:
+        model, optimizer = accelerator.prepare(model, make_optimizer(model, t, accelerator))
+    shards = (model, optimizer) if fsdp else None
+    plain = accelerator.unwrap_model(model, keep_torch_compile=False)  # the model itself: evaluated, saved
+    distributed = describe_distributed(accelerator, fsdp, t, plain)
+    accelerator.print(f"distributed: {distributed['distributed_type']} over {distributed['num_processes']} process(es)")
     step_cap = t.max_steps or UNPLANNED_STEPS  # max_seconds alone: no step limit, the plan at step 10 sets the end
     state = {"step": 0, "planned_steps": step_cap, "losses": [], "evaluations": [], "tokens": 0, "seconds": 0.0}
     scheduler = _scheduler(t, optimizer, step_cap)
     if resume:
-        state = load_checkpoint(accelerator, output_dir, scheduler)
+        state = load_checkpoint(accelerator, output_dir, scheduler, shards=shards)
         # a resumed run may be given a new max_steps: the schedule then ends there
         planned = state["planned_steps"] if t.max_seconds else step_cap
         state["planned_steps"] = min(planned, step_cap)
@@ -351,9 +404,9 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     model.train()
     with StopRequest() as stop:
         while state["step"] < state["planned_steps"]:
-            set_scheduled_sampling(recipe, accelerator.unwrap_model(model), state["step"])
+            set_scheduled_sampling(recipe, plain, state["step"])
             batches = global_batch(train_set, collator, state["step"], t, accelerator)
-            loss = train_step(model, optimizer, scheduler, batches, task, t, accelerator)
+            loss = train_step(model, optimizer, scheduler, batches, task, t, accelerator, sharded=bool(fsdp))
             state["step"] += 1
             state["tokens"] += sum(int(b["input_ids"].numel()) for b in batches) * accelerator.num_processes
             state["seconds"] = time.perf_counter() - start_time
@@ -373,14 +426,15 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
                     bar.write(f"step {state['step']}: {_plan_note(t, state, fit, per_step)}")
             last = state["step"] >= state["planned_steps"] or _out_of_time(t, state, accelerator)
             if state["step"] % t.eval_every == 0 or last:
-                metrics = tasks.evaluate(recipe, prepared, accelerator.unwrap_model(model), accelerator.device)
+                metrics = tasks.evaluate(recipe, prepared, plain, accelerator.device)
                 state["evaluations"].append({k: state[k] for k in ("step", "tokens", "seconds")} | metrics)
                 if tracker:
                     accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state["step"])
-                bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in metrics.items()))
+                if accelerator.is_main_process:
+                    bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in metrics.items()))
             interrupted = _any(accelerator, stop.signal is not None)
             if (state["step"] % t.save_every == 0 and not last) or interrupted:
-                save_checkpoint(accelerator, output_dir, state, scheduler, t.keep_checkpoints)
+                save_checkpoint(accelerator, output_dir, state, scheduler, t.keep_checkpoints, shards=shards)
             if interrupted:
                 bar.close()
                 accelerator.print(
@@ -393,7 +447,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     bar.close()
     if tracker:
         accelerator.end_training()
-    return finish(recipe, accelerator, model, prepared, state)
+    return finish(recipe, accelerator, model, prepared, state, distributed, sharded=bool(fsdp))
 
 
 def global_batch(train_set, collator, step: int, t, accelerator) -> list[dict]:
@@ -408,18 +462,24 @@ def global_batch(train_set, collator, step: int, t, accelerator) -> list[dict]:
     return [{k: v.to(accelerator.device) for k, v in b.items() if k != "special_tokens_mask"} for b in batches]
 
 
-def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accelerator) -> float:
-    """One optimizer step over the global batch; returns its mean loss per predicted token."""
+def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accelerator, sharded: bool = False) -> float:
+    """One optimizer step over the global batch; returns its mean loss per predicted token. `sharded`: an FSDP2
+    model, which reduce-scatters its gradients itself (once per step: the last micro-batch) and clips them as
+    DTensors."""
     predicted = sum(task.count_predicted(b["labels"]) for b in batches)
     num_items = accelerator.reduce(torch.tensor(predicted, device=accelerator.device), reduction="sum")
     step_loss = torch.zeros((), device=accelerator.device)
     for k, batch in enumerate(batches):
-        with contextlib.nullcontext() if k == len(batches) - 1 else accelerator.no_sync(model):
-            # summed over this micro-batch / tokens of the whole global batch; DDP averages over processes
+        if sharded:
+            model.set_requires_gradient_sync(k == len(batches) - 1)
+        with contextlib.nullcontext() if k == len(batches) - 1 or sharded else accelerator.no_sync(model):
+            # summed over this micro-batch / tokens of the whole global batch; DDP and FSDP average over processes
             loss = model(**batch, num_items_in_batch=num_items).loss
             accelerator.backward(loss * accelerator.num_processes)
         step_loss += loss.detach()
-    if t.max_grad_norm:
+    if t.max_grad_norm and sharded:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+    elif t.max_grad_norm:
         accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
     optimizer.step()
     scheduler.step()
@@ -507,8 +567,9 @@ def _any(accelerator, flag: bool) -> bool:
     return bool(accelerator.reduce(torch.tensor(int(flag), device=accelerator.device), reduction="sum").item())
 
 
-def finish(recipe: Recipe, accelerator, model, prepared: tasks.Prepared, state: dict) -> dict:
-    """Save the model, tokenizer, metrics, recipe, loss curve and card; return the summary."""
+def finish(recipe: Recipe, accelerator, model, prepared, state: dict, distributed: dict, sharded: bool = False) -> dict:
+    """Save the model (whole: one model.safetensors, also after a sharded run), tokenizer, metrics, recipe, loss
+    curve and card; return the summary."""
     output_dir = Path(recipe.training.output_dir)
     final = state["evaluations"][-1] if state["evaluations"] else {}
     summary = {
@@ -519,10 +580,15 @@ def finish(recipe: Recipe, accelerator, model, prepared: tasks.Prepared, state: 
         "final_train_loss": state["losses"][-1] if state["losses"] else None,
         **{k: v for k, v in prepared.notes.items() if k.startswith("train_")},
         **{k: v for k, v in final.items() if k not in ("step", "tokens", "seconds")},
+        **distributed,
     }
     accelerator.wait_for_everyone()
-    state_dict = accelerator.get_state_dict(model)  # collective: gathers FSDP / ZeRO-3 shards
-    unwrapped = accelerator.unwrap_model(model)
+    # collectives: every process takes part in gathering the FSDP / ZeRO-3 shards
+    state_dict = sharding.full_state_dict(model) if sharded else accelerator.get_state_dict(model)
+    state_dict = {k.removeprefix("_orig_mod."): v for k, v in state_dict.items()}  # the names under torch.compile
+    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
+    if sharded:
+        unwrapped = sharding.unsharded_twin(unwrapped)
     unwrapped.save_pretrained(
         output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
     )

@@ -91,12 +91,14 @@ def test_shipped_recipes_are_valid():
         load_recipe(path, command=TASKS[task].command if task else "train")
 
 
-def _train(tmp_path, out, extra=(), launcher=(sys.executable, "-m", "hf_seq.cli")):
+def _train(tmp_path, out, extra=(), launcher=(sys.executable, "-m", "hf_seq.cli"), **popen):
     recipe = write_recipe(tmp_path, TINY_GPT)
     # one thread: runs compared bit for bit must not split their products differently (the default follows the load)
     cmd = [*launcher, "train", str(recipe), f"training.output_dir={out}", "training.threads=1", *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
+    )
 
 
 def _weights(folder):
@@ -185,3 +187,20 @@ def test_two_processes_train_like_one(tmp_path):
     a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_compiled_run_saves_the_models_own_weights(tmp_path):
+    """`training.compile`: the saved folder holds the model's own parameter names (not torch.compile's
+    `_orig_mod.` ones) and loads with from_pretrained."""
+    out = tmp_path / "compiled"
+    run = _train(tmp_path, out, ["training.compile=true", "training.max_steps=2", "training.eval_every=2"])
+    output = run.communicate(timeout=600)[0]
+    assert run.returncode == 0, output
+    weights = _weights(out)
+    assert weights and not [name for name in weights if "_orig_mod" in name]
+    from hf_seq import GPTForCausalLM
+
+    model = GPTForCausalLM.from_pretrained(out)
+    for name, tensor in model.state_dict().items():
+        if name in weights:
+            torch.testing.assert_close(tensor, weights[name], rtol=0, atol=0)
