@@ -133,7 +133,7 @@ class Trainer:
     def __init__(self, model, size: Size, device: str, dtype: torch.dtype, compile: bool):
         self.model = model.train()
         self.forward = torch.compile(model) if compile else model
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
         generator = torch.Generator().manual_seed(1)
         self.input_ids = torch.randint(size.vocab_size, (size.batch_size, size.seq_len), generator=generator).to(device)
         self.autocast = torch.autocast(device, dtype=dtype) if dtype != torch.float32 else nullcontext()
