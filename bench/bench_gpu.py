@@ -51,6 +51,11 @@ GPT2_SMALL = Size("gpt2-small", 50257, 12, 768, 12, 1024, 16, 10, 128, 128, 8)
 TINY = Size("tiny", 1000, 2, 64, 2, 64, 4, 2, 16, 16, 2)
 
 
+def pythonpath() -> str:
+    """The repository first, then whatever the caller's PYTHONPATH holds (packages installed beside the system's)."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def flops_per_token(model, size: Size) -> int:
     return 6 * count_flop_params(model) + 12 * size.num_hidden_layers * size.hidden_size * size.seq_len
 
@@ -128,7 +133,9 @@ def section_loop(device: str, peak: float, seconds: int, quick: bool) -> list[st
         overrides += ["data.max_chars=300000", "training.mixed_precision=no"]
     command = [sys.executable, "-m", "hf_seq.cli", "train", "recipes/gpt2-small.yaml", "--overwrite", *overrides]
     start = time.perf_counter()
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    run = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": pythonpath()}
+    )
     wall = time.perf_counter() - start
     if run.returncode != 0:
         return ["### 2. The training loop", "", "failed:", "```", run.stdout[-3000:], run.stderr[-3000:], "```", ""]
@@ -226,7 +233,9 @@ def section_rnn(device: str, quick: bool) -> list[str]:
     output = ROOT / "runs" / "bench-gpu-rnn.md"
     command = [sys.executable, "bench/bench_rnn.py", "--device", device, "--output", str(output)]
     command += ["--quick"] if quick else ["--rounds", "3"]
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    run = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": pythonpath()}
+    )
     if run.returncode != 0:
         return ["### 4. LSTM against cuDNN", "", "failed:", "```", run.stderr[-3000:], "```", ""]
     text = output.read_text()
@@ -234,12 +243,48 @@ def section_rnn(device: str, quick: bool) -> list[str]:
     return ["### 4. LSTM against cuDNN: `bench/bench_rnn.py` (fp32)", "", body, ""]
 
 
+def section_fsdp(device: str, quick: bool) -> list[str]:
+    """FSDP2 on the GPU through `accelerate launch` (one process: the sharded code path, on CUDA, fused AdamW): 20
+    steps, then a resume to 30 from the step-20 checkpoint, against 30 uninterrupted steps."""
+    folder = ROOT / "runs" / "bench-gpu-fsdp"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/fsdp.yaml"]
+    launch += ["--num_processes", "1"] + (["--cpu"] if device == "cpu" else [])
+    common = ["-m", "hf_seq.cli", "train", "recipes/gpt-tiny.yaml", "training.save_every=10", "training.eval_every=10"]
+    common += ["training.mixed_precision=bf16", "training.log_with=none", "data.max_chars=1000000", "--overwrite"]
+    env = os.environ | {"PYTHONPATH": pythonpath(), "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}
+    runs = {
+        "whole": [f"training.output_dir={folder}/whole", "training.max_steps=30"],
+        "first 20": [f"training.output_dir={folder}/resumed", "training.max_steps=20"],
+        "resumed to 30": [f"training.output_dir={folder}/resumed", "training.max_steps=30", "--resume"],
+    }
+    rows = ["### 5. FSDP2 on the GPU (`accelerate launch --config_file recipes/accelerate/fsdp.yaml`, 1 process)", ""]
+    for name, extra in runs.items():
+        command = launch + common + extra
+        if name == "resumed to 30":
+            command.remove("--overwrite")
+        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
+        if run.returncode != 0:
+            return rows + [f"{name}: failed", "```", run.stdout[-2000:], run.stderr[-3000:], "```", ""]
+    from safetensors.torch import load_file
+
+    whole, resumed = load_file(f"{folder}/whole/model.safetensors"), load_file(f"{folder}/resumed/model.safetensors")
+    worst = max((whole[k].float() - resumed[k].float()).abs().max().item() for k in whole)
+    metrics = json.loads((folder / "whole" / "metrics.json").read_text())
+    rows += [
+        f"- distributed_type {metrics['distributed_type']}, {metrics['num_processes']} process, mixed precision "
+        f"{metrics['mixed_precision']}, {metrics['tokens_per_second']:,.0f} tokens/s over 30 steps",
+        f"- resumed at step 20 against uninterrupted, largest weight difference: {worst:.3g}",
+        "",
+    ]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--quick", action="store_true", help="tiny shapes: checks the script, measures nothing")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sections", nargs="*", default=["train", "loop", "decode", "rnn"])
+    parser.add_argument("--sections", nargs="*", default=["train", "loop", "fsdp", "decode", "rnn"])
     parser.add_argument("--loop-seconds", type=int, default=75, help="the training loop's wall-clock budget")
     parser.add_argument("--output", help="markdown file (default: bench/results/gpu_<device name>.md)")
     args = parser.parse_args()
@@ -264,6 +309,7 @@ def main() -> None:
         "loop": lambda: section_loop(args.device, peak, args.loop_seconds, args.quick),
         "decode": lambda: section_decode(size, args.device, rounds + 2),
         "rnn": lambda: section_rnn(args.device, args.quick),
+        "fsdp": lambda: section_fsdp(args.device, args.quick),
     }
     for section in args.sections:
         start = time.perf_counter()

@@ -61,8 +61,12 @@ def requested() -> ShardingSettings | None:
 
 def shard(model: torch.nn.Module, settings: ShardingSettings) -> list[str]:
     """Shard `model` in place over the default process group; returns the class names wrapped as units."""
+    import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
+    if not dist.is_initialized():  # one process (accelerate's simple launcher): a group of one, the same code path
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     names = set(settings.wrap_classes or getattr(model, "_no_split_modules", None) or ())
     if settings.wrap_policy == "NO_WRAP":
         names = set()
