@@ -14,9 +14,10 @@ timed against itself read 0.92-1.04: a ratio within about 0.08 of 1 is noise.
 Memory: on CPU the growth of the peak resident set size of a fresh process, from just before the model is built to
 the end of the task (one process per model and task); on CUDA `torch.cuda.max_memory_allocated` in such a process.
 MFU = training tokens/s * (6 * parameters + 12 * layers * d_model * seq) / peak FLOP/s (the PaLM paper's estimate,
-appendix B; parameters without the position table, the tied embedding counted once). On CPU the peak is the best of
-readings of a square fp32 (or bf16) matrix product on all threads, taken at the start and after every round (a
-median far below it means other processes shared the CPU); on CUDA it is the datasheet's dense bf16 figure.
+appendix B, as `hf_seq.compute` counts it: parameters without the position table, the tied embedding counted once).
+On CPU the peak is the best of readings of a square fp32 (or bf16) matrix product on all threads, taken at the start
+and after every round (a median far below it means other processes shared the CPU); on CUDA it is the datasheet's
+dense bf16 figure.
 """
 
 import argparse
@@ -37,6 +38,7 @@ import transformers
 from transformers.activations import ACT2FN
 
 from hf_seq import GPTConfig, GPTForCausalLM
+from hf_seq.compute import training_flops_per_token
 from hf_seq.convert import CONVERSIONS, to_transformers
 
 MODELS = ("ours", "transformers")
@@ -380,9 +382,7 @@ def main() -> None:
                 + f" tok/s; matmul {ceilings[-1] / 1e9:.0f} GFLOP/s",
                 flush=True,
             )
-        flops_per_token = (
-            6 * count_flop_params(models["ours"]) + 12 * size.num_hidden_layers * size.hidden_size * size.seq_len
-        )
+        flops_per_token = training_flops_per_token(models["ours"].config, size.seq_len)
 
         memory = {}
         if not args.no_memory:

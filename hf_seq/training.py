@@ -300,7 +300,9 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 
 class StopRequest:
-    """Turns Ctrl-C / SIGTERM into a request the loop honours at the end of the current step."""
+    """Turns Ctrl-C / SIGTERM into a request the loop honours at the end of the current step. A Ctrl-C after a stop
+    was requested stops at once; a repeated SIGTERM does not, because on a cluster one notice can arrive twice (Slurm
+    signals every process of a job step, and torchrun's agent forwards the SIGTERM it gets to its workers)."""
 
     def __init__(self):
         self.signal = None
@@ -310,8 +312,10 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame):
-        if self.signal is not None:  # a second Ctrl-C: stop now
-            raise KeyboardInterrupt
+        if self.signal is not None:
+            if signum == signal.SIGINT:  # a second Ctrl-C: stop now
+                raise KeyboardInterrupt
+            return
         self.signal = signal.Signals(signum).name
 
     def __exit__(self, *exc):

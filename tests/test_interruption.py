@@ -188,3 +188,18 @@ def test_a_half_written_checkpoint_is_never_read(tmp_path):
     (partial / "model.safetensors").write_bytes(b"\0" * 10)
     summary = run(_recipe(out, "training.max_steps=4", "training.save_every=2"), resume=True, progress=False)
     assert summary["steps"] == 4
+
+
+def test_a_repeated_sigterm_still_saves_and_a_second_ctrl_c_stops_at_once():
+    """On a cluster one preemption notice can reach a process twice (Slurm signals the whole job step, torchrun's
+    agent forwards its own copy): the run must still finish its step and save. A Ctrl-C after any stop request is the
+    user's "stop now"."""
+    from hf_seq.training import StopRequest
+
+    with StopRequest() as stop:
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.signal == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is not stop._handle  # the previous handlers are back

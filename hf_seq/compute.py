@@ -1,0 +1,44 @@
+"""Training compute from a model's shapes, for planning runs and for MFU.
+
+The estimate is the PaLM paper's (Chowdhery et al. 2022, appendix B): training a decoder costs
+
+    6 N + 12 L d s   FLOPs per token
+
+where N counts the parameters a token's forward pass multiplies with (every parameter except the token and position
+tables, which are looked up, plus the output projection, which is the token table again when the two are tied), L is
+the number of layers, d the model width and s the sequence length; 6 = 2 (a multiply-add) x 3 (forward, and a
+backward that costs twice the forward), and 12 L d s is the attention scores and their weighted sum over s positions.
+Kaplan et al. (2020) count the same 6 N without the output projection; with GPT-2 small's 50,257-token vocabulary
+that is 6 x 38.6M fewer FLOPs per token, 27% of the total, so the convention matters for MFU at this size.
+"""
+
+import torch
+
+from hf_seq.models.configuration_gpt import GPTConfig
+
+
+def flop_parameters(config: GPTConfig) -> int:
+    """N above: the parameters of a `GPTForCausalLM` built from `config` that a token's forward pass multiplies
+    with. Built on the meta device, so it costs no memory and holds for every variant the config allows."""
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"flop_parameters: a GPTConfig is needed (the GPT family), got {type(config).__name__}")
+    if config.num_local_experts:
+        raise ValueError(
+            "flop_parameters: a mixture of experts multiplies with num_experts_per_tok of num_local_experts experts "
+            "per token; this count covers dense models (num_local_experts=0)"
+        )
+    from hf_seq.models.modeling_gpt import GPTForCausalLM
+
+    with torch.device("meta"):
+        model = GPTForCausalLM(config)
+    tables = ("model.embed_tokens.", "model.embed_positions.")
+    # remove_duplicate=False lists a tied lm_head.weight under its own name as well: the projection is counted once
+    return sum(p.numel() for name, p in model.named_parameters(remove_duplicate=False) if not name.startswith(tables))
+
+
+def training_flops_per_token(config: GPTConfig, seq_len: int) -> int:
+    """6 N + 12 L d s: forward and backward FLOPs per trained token at sequence length `seq_len` (module docstring)."""
+    return 6 * flop_parameters(config) + 12 * config.num_hidden_layers * config.hidden_size * seq_len
+
+
+__all__ = ["flop_parameters", "training_flops_per_token"]
