@@ -78,6 +78,22 @@ def test_unshuffled_stream_yields_the_cached_blocks_in_order_then_starts_again(c
     assert blocks(stream, 5) == expected[:5] and stream.epoch == 1  # the next epoch, in the same order
 
 
+def test_masked_lm_streams_the_cached_blocks_between_cls_and_sep(corpus, tmp_path):
+    texts = list(data_lib.load_files(corpus["train"])["text"])
+    train_bpe_tokenizer(texts, vocab_size=300, style="bert").save_pretrained(tmp_path / "bert-tok")
+    bert = AutoTokenizer.from_pretrained(tmp_path / "bert-tok")
+    recipe = recipe_of(corpus, shuffle=False) | {
+        "family": "bert",
+        "model": {"hidden_size": 32, "num_attention_heads": 2},
+    }
+    cached = tasks.prepare(load_recipe(recipe), tokenizer=bert).train
+    recipe["data"]["streaming"] = True
+    stream = tasks.prepare(load_recipe(recipe), tokenizer=bert).train
+    streamed = [row["input_ids"] for row in stream.take(len(cached))]
+    assert streamed == cached["input_ids"]
+    assert {(b[0], b[-1]) for b in streamed} == {(bert.cls_token_id, bert.sep_token_id)}
+
+
 def test_shuffle_buffer_shuffles_by_the_seed(corpus, tokenizer):
     in_order = blocks(stream_of(corpus, tokenizer, shuffle=False), 3000)
     n = in_order.index(in_order[0], 1)  # one epoch's blocks (about 2,400), all different
