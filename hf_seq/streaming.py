@@ -53,8 +53,8 @@ def load_splits(data, columns: dict[str, str]) -> dict:
     if data_lib._looks_like_files(data.dataset):
         if held_out["validation"] is None:
             raise InvalidValueError(
-                f"streaming needs data.validation: give a held-out file (data.dataset={data.dataset!r} is local files, "
-                "which a stream cannot hold a part of out)"
+                f"streaming needs data.validation: give a held-out file (data.dataset={data.dataset!r} is local "
+                "files, and a stream holds out no part of them)"
             )
         hub = {"train": data_lib.load_files(data.dataset, streaming=True)}
     else:
