@@ -22,7 +22,7 @@ from hf_seq import data as data_lib
 from hf_seq import tasks
 from hf_seq.errors import InvalidValueError, MissingFileError
 from hf_seq.recipes import RecipeError, load_recipe
-from hf_seq.streaming import BlockStream
+from hf_seq.streaming import BlockStream, first_texts
 from hf_seq.tokenization import train_bpe_tokenizer
 from hf_seq.training import global_batch
 from tests.test_training import ROOT, TINY_GPT, _free_port, _weights
@@ -60,8 +60,10 @@ def tokenizer(corpus, tmp_path):
     return AutoTokenizer.from_pretrained(tmp_path / "tok")
 
 
-def stream_of(corpus, tokenizer, **data) -> BlockStream:
-    return tasks.prepare(load_recipe(recipe_of(corpus, streaming=True, **data)), tokenizer=tokenizer).train
+def stream_of(corpus, tokenizer, seed=0, **data) -> BlockStream:
+    recipe = recipe_of(corpus, streaming=True, **data)
+    recipe["training"]["seed"] = seed
+    return tasks.prepare(load_recipe(recipe), tokenizer=tokenizer).train
 
 
 def blocks(stream: BlockStream, n: int) -> list[tuple]:
@@ -100,9 +102,7 @@ def test_shuffle_buffer_shuffles_by_the_seed(corpus, tokenizer):
     assert len(set(in_order[:n])) == n
 
     def epoch(seed):
-        stream = stream_of(corpus, tokenizer, shuffle_buffer=200)
-        stream.seed = seed
-        stream.rng = random.Random(stream._seed())
+        stream = stream_of(corpus, tokenizer, seed=seed, shuffle_buffer=200)
         return blocks(stream, n), stream
 
     first, stream = epoch(0)
@@ -127,6 +127,29 @@ def test_a_saved_stream_continues_with_the_same_blocks(corpus, tokenizer, tmp_pa
     other = BlockStream(again.documents, tokenizer, 32, tokenizer.eos_token_id, num_processes=2)
     with pytest.raises(InvalidValueError, match="split over 1 processes and is resumed with 2"):
         other.load(tmp_path, 0)
+
+
+def test_a_hub_dataset_streams_its_train_split_and_scores_its_validation_split(corpus, tokenizer, monkeypatch):
+    files = {"train": corpus["train"], "validation": corpus["valid"]}
+
+    def hub(source, what, **kwargs):  # a Hub dataset with train and validation splits, offline
+        assert source == "someone/corpus" and what == "data.dataset" and kwargs == {"streaming": True}
+        return datasets.load_dataset("text", data_files=files, sample_by="paragraph", streaming=True)
+
+    monkeypatch.setattr(data_lib, "load_hub_dataset", hub)
+    recipe = load_recipe(recipe_of(corpus, dataset="someone/corpus", validation=None, streaming=True, shuffle=False))
+    prepared = tasks.prepare(recipe, tokenizer=tokenizer)
+    cached = tasks.prepare(load_recipe(recipe_of(corpus)), tokenizer=tokenizer)
+    assert prepared.held_out["eval"]["input_ids"] == cached.held_out["eval"]["input_ids"]  # the Hub's own split
+    assert blocks(prepared.train, len(cached.train)) == [tuple(ids) for ids in cached.train["input_ids"]]
+    recipe.data.text_column = "body"
+    with pytest.raises(InvalidValueError, match=r"train data has no column\(s\) \['body'\].*data.text_column"):
+        tasks.prepare(recipe, tokenizer=tokenizer)
+
+
+def test_a_stream_tokenizer_learns_from_the_first_characters():
+    assert list(first_texts(["aaa", "bbb", "ccc", "ddd"], max_chars=4)) == ["aaa", "bbb"]
+    assert list(first_texts(iter(["aaaa", "b"]), max_chars=4)) == ["aaaa"]
 
 
 def test_processes_read_different_documents(corpus, tokenizer):
