@@ -129,10 +129,6 @@ class BlockStream:
     def take(self, n: int) -> list[dict]:
         return [{"input_ids": self._next_block()} for _ in range(n)]
 
-    def __iter__(self):
-        while True:
-            yield self._next_block()
-
     def _next_block(self) -> list[int]:
         while len(self.buffer) < (self.buffer_size if self.shuffle else 1) and not self.ended:
             self._read_group()
