@@ -165,15 +165,15 @@ def _tree_anon_kib(process: psutil.Process) -> int:
     return total
 
 
-def launch(spec: dict, cache: Path) -> dict:
-    """One run in a fresh process with its own datasets cache; its figures and the sampled peak of the process
-    tree's anonymous memory."""
+def launch(spec: dict, cache: Path, script: str = __file__) -> dict:
+    """One run in a fresh process (`script --child SPEC`) with its own datasets cache; its figures and the sampled
+    peak of the process tree's anonymous memory."""
     env = os.environ | {
         "HF_DATASETS_CACHE": str(cache),
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     }
-    command = [sys.executable, __file__, "--child", json.dumps(spec)]
+    command = [sys.executable, script, "--child", json.dumps(spec)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak, done = [0], threading.Event()
 

@@ -59,10 +59,11 @@ def _looks_like_files(source) -> bool:
     return all(isinstance(p, str | Path) and (Path(p).suffix in TEXT_SUFFIXES or Path(p).exists()) for p in items)
 
 
-def load_files(paths, what: str = "data.dataset") -> datasets.Dataset:
+def load_files(paths, what: str = "data.dataset", streaming: bool = False) -> datasets.Dataset:
     """Local files as rows: .json/.jsonl/.csv by their columns; any other file is plain text, one document per
     blank-line-separated paragraph (so a book, a code file or a one-sentence-per-line corpus keeps its order), in
-    a `text` column. A missing or unreadable path is an error that names it."""
+    a `text` column. A missing or unreadable path is an error that names it. `streaming`: an IterableDataset of the
+    same rows, read as they are iterated."""
     paths = [Path(p) for p in (paths if isinstance(paths, list | tuple) else [paths])]
     if not paths:
         raise InvalidValueError(f"{what}: no files given")
@@ -76,7 +77,8 @@ def load_files(paths, what: str = "data.dataset") -> datasets.Dataset:
         )
     builder = builders.pop()
     kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
-    return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train", **kwargs)
+    files = [str(p) for p in paths]
+    return datasets.load_dataset(builder, data_files=files, split="train", streaming=streaming, **kwargs)
 
 
 def load_text_dataset(source=STDLIB, split: str = "train", text_column: str = "text", **kwargs) -> datasets.Dataset:
@@ -144,11 +146,19 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
         held_out = sorted(order[:n_eval])
         splits["validation"] = train.select(held_out)
         splits["train"] = train.select(sorted(order[n_eval:]))
+    return select_columns(splits, columns)
+
+
+def select_columns(splits: dict, columns: dict[str, str], names: dict[str, list[str]] | None = None) -> dict:
+    """Each split (a Dataset or an IterableDataset) with only the task's columns, renamed to the task's names
+    (`columns`: task's name -> the dataset's column); a missing column is an error naming the recipe key. `names`:
+    a split's column names where the split does not know them (a stream of files, before it is read)."""
     for split, dataset in splits.items():
-        missing = [source for source in columns.values() if source not in dataset.column_names]
+        present = (names or {}).get(split) or dataset.column_names
+        missing = [source for source in columns.values() if source not in present]
         if missing:
             raise InvalidValueError(
-                f"the {split} data has no column(s) {missing} (columns: {dataset.column_names}); set "
+                f"the {split} data has no column(s) {missing} (columns: {present}); set "
                 + ", ".join(f"data.{name}_column" for name, source in columns.items() if source in missing)
             )
         renamed = dataset.select_columns(list(columns.values()))
@@ -158,6 +168,9 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
 
 
 # ---------------------------------------------------------------------------------------------- packing
+PACK_DOCUMENTS = 1000  # documents packed together: the tail of each such group shorter than a block is dropped
+
+
 def pack_token_ids(documents: Iterable[list[int]], block_size: int, separator: int | None) -> Iterator[list[int]]:
     """Concatenate tokenized documents in their order (`separator`, e.g. EOS, after each) and cut the stream into
     blocks of exactly `block_size` tokens; the tail shorter than a block is dropped."""
@@ -205,7 +218,9 @@ def pack_blocks(
         blocks = list(pack_token_ids(batch["input_ids"], inner, separator))
         return {"input_ids": [[wrap[0], *b, wrap[1]] for b in blocks] if wrap else blocks}
 
-    blocks = tokenized.map(group, batched=True, batch_size=1000, num_proc=worker_processes(num_proc), desc="packing")
+    blocks = tokenized.map(
+        group, batched=True, batch_size=PACK_DOCUMENTS, num_proc=worker_processes(num_proc), desc="packing"
+    )
     if len(blocks) == 0:
         raise InvalidValueError(
             f"the text holds fewer than block_size={block_size} tokens: use more text or a smaller data.block_size"

@@ -49,6 +49,10 @@ class DataRecipe:
     eval_examples: int | None = None  # a cap on the held-out examples (blocks, pairs, rows) scored; None: all
     mlm_probability: float = 0.15
     num_proc: int | None = None  # processes for tokenization (datasets.map)
+    # Corpora larger than the disk: read data.dataset as a stream, tokenized and packed on the fly (hf_seq.streaming)
+    streaming: bool = False
+    shuffle: bool = True  # shuffle the blocks (cached: a permutation per epoch; streaming: through a buffer)
+    shuffle_buffer: int = 1000  # streaming: blocks the shuffle draws from (memory: this many blocks per process)
 
 
 DEFAULT_MAX_STEPS = 400  # the budget of a recipe that gives neither training.max_steps nor training.max_seconds
@@ -247,6 +251,12 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         )
     if recipe.task not in tasks:
         raise RecipeError(f"family {fam.model_type!r} cannot do task {recipe.task!r}; it can do: {tasks}")
+    if recipe.data.streaming and TASKS[recipe.task].packing is None:
+        packed = [name for name, entry in TASKS.items() if entry.packing]
+        raise RecipeError(
+            f"recipe key 'data.streaming': true streams packed blocks, for the tasks {packed}; task {recipe.task!r} "
+            "reads rows: set data.streaming false"
+        )
     t = recipe.training
     if t.scheduler not in SCHEDULERS:
         raise RecipeError(f"recipe key 'training.scheduler': {t.scheduler!r}; allowed values: {list(SCHEDULERS)}")
@@ -270,6 +280,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         ("data.max_examples", d.max_examples),
         ("data.max_chars", d.max_chars),
         ("data.num_proc", d.num_proc),
+        ("data.shuffle_buffer", d.shuffle_buffer),
         ("training.threads", t.threads),
         ("training.max_steps", t.max_steps),
         ("training.max_seconds", t.max_seconds),

@@ -24,33 +24,34 @@ from transformers import (
 )
 
 from hf_seq import data as data_lib
-from hf_seq import evaluation
+from hf_seq import evaluation, streaming
 from hf_seq.errors import MissingFileError
 
 
 # ---------------------------------------------------------------------------------------------- rows -> inputs
-def _encode_causal(recipe, tokenizer, rows, label2id):
-    blocks = data_lib.pack_blocks(
-        data_lib.tokenize_texts(rows, tokenizer, recipe.data.num_proc),
-        recipe.data.block_size,
-        tokenizer.eos_token_id,
-        num_proc=data_lib.worker_processes(recipe.data.num_proc),
-    )
-    return blocks, {}
+def _causal_packing(tokenizer) -> dict:
+    return {"separator": tokenizer.eos_token_id}
 
 
-def _encode_masked(recipe, tokenizer, rows, label2id):
+def _masked_packing(tokenizer) -> dict:
+    """RoBERTa's FULL-SENTENCES blocks: [SEP] between documents, each block wrapped as [CLS] ... [SEP]."""
     from hf_seq.tokenization import check_special_tokens
 
     ids = check_special_tokens(tokenizer, ("cls_token", "sep_token"), purpose="packing masked-LM blocks")
-    blocks = data_lib.pack_blocks(
-        data_lib.tokenize_texts(rows, tokenizer, recipe.data.num_proc),
-        recipe.data.block_size,
-        ids["sep_token"],
-        wrap=(ids["cls_token"], ids["sep_token"]),
-        num_proc=data_lib.worker_processes(recipe.data.num_proc),
-    )
-    return blocks, {}
+    return {"separator": ids["sep_token"], "wrap": (ids["cls_token"], ids["sep_token"])}
+
+
+def _encode_packed(packing):
+    def encode(recipe, tokenizer, rows, label2id):
+        blocks = data_lib.pack_blocks(
+            data_lib.tokenize_texts(rows, tokenizer, recipe.data.num_proc),
+            recipe.data.block_size,
+            **packing(tokenizer),
+            num_proc=data_lib.worker_processes(recipe.data.num_proc),
+        )
+        return blocks, {}
+
+    return encode
 
 
 def _encode_pairs(recipe, tokenizer, rows, label2id):
@@ -239,6 +240,7 @@ class Task:
     language_model: bool = False  # scored by NLL, perplexity and bits per byte
     tags: tuple[str, ...] = ()
     trainer_metrics: Callable | None = None  # (tokenizer, model) -> a Trainer compute_metrics
+    packing: Callable | None = None  # tokenizer -> pack_blocks' separator and wrap: packed blocks, which can stream
 
     def tokenizer_texts(self, rows: datasets.Dataset):
         """The texts a tokenizer is trained on: every text column of the rows."""
@@ -274,26 +276,28 @@ TASKS: dict[str, Task] = {
             "AutoModelForCausalLM",
             "train",
             {"text": "text_column"},
-            _encode_causal,
+            _encode_packed(_causal_packing),
             _causal_collator,
             _score_language_model,
             "text-generation",
             shift_labels=True,
             language_model=True,
             tags=("causal-lm",),
+            packing=_causal_packing,
         ),
         Task(
             "masked_lm",
             "AutoModelForMaskedLM",
             "train",
             {"text": "text_column"},
-            _encode_masked,
+            _encode_packed(_masked_packing),
             _masked_collator,
             _score_language_model,
             "fill-mask",
             tokenizer_style="bert",
             language_model=True,
             tags=("masked-lm",),
+            packing=_masked_packing,
         ),
         Task(
             "seq2seq",
@@ -391,7 +395,8 @@ def tokenizer_style(recipe, task: Task) -> str:
 
 def obtain_tokenizer(recipe, task: Task, train_rows, folder: Path | None, is_main: bool = True, wait=lambda: None):
     """The recipe's tokenizer (`tokenizer.path`, else the model it starts from), or one trained on the training
-    rows, saved once (on the main process) in `folder` and loaded from there by every process."""
+    rows (of a stream: its first `streaming.TOKENIZER_SAMPLE_CHARS` characters), saved once (on the main process) in
+    `folder` and loaded from there by every process."""
     from transformers import AutoTokenizer
 
     from hf_seq.tokenization import train_bpe_tokenizer
@@ -400,8 +405,11 @@ def obtain_tokenizer(recipe, task: Task, train_rows, folder: Path | None, is_mai
     if path:
         return load_tokenizer(path, "tokenizer.path" if recipe.tokenizer.path else "model.from_pretrained")
     if is_main and (folder is None or not (folder / "tokenizer.json").exists()):
+        texts = task.tokenizer_texts(train_rows)
+        if isinstance(train_rows, datasets.IterableDataset):
+            texts = streaming.first_texts(texts)
         tokenizer = train_bpe_tokenizer(
-            task.tokenizer_texts(train_rows),
+            texts,
             vocab_size=recipe.tokenizer.vocab_size,
             min_frequency=recipe.tokenizer.min_frequency,
             style=tokenizer_style(recipe, task),
@@ -429,13 +437,24 @@ def load_tokenizer(path: str, what: str):
         raise MissingFileError(f"{what}: {path!r} does not load as a tokenizer: {error}") from error
 
 
-def prepare(recipe, tokenizer=None, tokenizer_folder=None, is_main=True, wait=lambda: None, main_first=None):
+def prepare(
+    recipe,
+    tokenizer=None,
+    tokenizer_folder=None,
+    is_main=True,
+    wait=lambda: None,
+    main_first=None,
+    process_index=0,
+    num_processes=1,
+):
     """Read the recipe's rows (train, validation, test), obtain the tokenizer, encode every split, and cap the
-    held-out sets at `data.eval_examples` (noted in `notes`, so the reports say how much was scored)."""
+    held-out sets at `data.eval_examples` (noted in `notes`, so the reports say how much was scored). With
+    `data.streaming`, `train` is process `process_index`'s `streaming.BlockStream`, read as training asks."""
     task = get_task(recipe.task)
     columns = {name: getattr(recipe.data, key) for name, key in task.columns.items()}
+    stream = recipe.data.streaming
     with main_first() if main_first else contextlib.nullcontext():  # the main process fills the datasets cache
-        splits = data_lib.load_splits(recipe.data, columns)
+        splits = (streaming.load_splits if stream else data_lib.load_splits)(recipe.data, columns)
     if tokenizer is None:
         tokenizer = obtain_tokenizer(recipe, task, splits["train"], tokenizer_folder, is_main, wait)
     names = None
@@ -444,8 +463,22 @@ def prepare(recipe, tokenizer=None, tokenizer_folder=None, is_main=True, wait=la
     label2id = {name: i for i, name in enumerate(names)} if names else None
     prepared = Prepared(task, tokenizer, train=None, label_names=names)
     with main_first() if main_first else contextlib.nullcontext():
-        prepared.train, counts = task.encode(recipe, tokenizer, splits["train"], label2id)
-        prepared.notes |= {f"train_{k}": v for k, v in counts.items()}
+        if stream:
+            d = recipe.data
+            prepared.train = streaming.BlockStream(
+                splits["train"],
+                tokenizer,
+                d.block_size,
+                **task.packing(tokenizer),
+                seed=recipe.training.seed,
+                shuffle=d.shuffle,
+                buffer_size=d.shuffle_buffer,
+                process_index=process_index,
+                num_processes=num_processes,
+            )
+        else:
+            prepared.train, counts = task.encode(recipe, tokenizer, splits["train"], label2id)
+            prepared.notes |= {f"train_{k}": v for k, v in counts.items()}
         for split, prefix in (("validation", "eval"), ("test", "test")):
             if split not in splits:
                 continue

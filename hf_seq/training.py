@@ -36,6 +36,7 @@ from hf_seq.checksums import record_checksums, verify_checksums
 from hf_seq.errors import DamagedRunError, InvalidValueError, MissingFileError, RunExistsError
 from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
 from hf_seq.registry import family as get_family
+from hf_seq.streaming import BlockStream
 
 CHECKPOINT_PREFIX = "checkpoint-"
 # Recipe keys a resumed run may change; any other difference from the interrupted run is refused.
@@ -179,8 +180,11 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, scheduler, keep: int, shards=None) -> None:
-    """`shards`: (model, optimizer) of a sharded run, whose states each process writes itself."""
+def save_checkpoint(
+    accelerator: Accelerator, output_dir: Path, state: dict, scheduler, keep: int, shards=None, data=None
+) -> None:
+    """`shards`: (model, optimizer) of a sharded run, whose states each process writes itself; `data`: the training
+    blocks (a stream writes each process's position in it)."""
     folder = output_dir / "checkpoints"
     final = folder / f"{CHECKPOINT_PREFIX}{state['step']}"
     partial = folder / f".partial-{CHECKPOINT_PREFIX}{state['step']}"
@@ -197,6 +201,8 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
         accelerator.save_state(str(partial), safe_serialization=True)
         if shards:
             sharding.save_shards(*shards, partial, accelerator.process_index)
+        if isinstance(data, BlockStream):  # streaming: each process's position in its stream, before state.json
+            data.save(partial, accelerator.process_index)
     except OSError as error:  # a full disk, a quota: the earlier checkpoints are untouched
         earlier = latest_checkpoint(output_dir)
         raise OSError(
@@ -220,7 +226,7 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, sch
     accelerator.wait_for_everyone()
 
 
-def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler, shards=None) -> dict:
+def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler, shards=None, data=None) -> dict:
     """The newest checkpoint that loads; one that does not (a file cut short, a disk that filled, weights that differ
     from their recorded SHA-256) is reported and the previous one is tried. Only tensors, safetensors and JSON are
     read: a pickle planted in the folder is refused."""
@@ -241,6 +247,8 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler, shard
             accelerator.load_state(str(checkpoint))
             if shards:
                 sharding.load_shards(*shards, checkpoint, accelerator.process_index)
+            if isinstance(data, BlockStream):  # streaming: each process continues its own stream
+                data.load(checkpoint, accelerator.process_index)
             state = json.loads((checkpoint / "state.json").read_text())
             scheduler.load_state_dict({**state.pop("scheduler"), "lr_lambdas": [None] * len(scheduler.lr_lambdas)})
         except Exception as error:  # noqa: BLE001  (any damage: say which file, fall back to an older checkpoint)
@@ -364,9 +372,11 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
         is_main=accelerator.is_main_process,
         wait=accelerator.wait_for_everyone,
         main_first=accelerator.main_process_first,
+        process_index=accelerator.process_index,
+        num_processes=accelerator.num_processes,
     )
     task, tokenizer, train_set = prepared.task, prepared.tokenizer, prepared.train
-    if len(train_set) < t.batch_size:
+    if not isinstance(train_set, BlockStream) and len(train_set) < t.batch_size:
         raise InvalidValueError(
             f"the training data has {len(train_set)} examples, fewer than one batch of {t.batch_size}"
         )
@@ -389,7 +399,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     state = {"step": 0, "planned_steps": step_cap, "losses": [], "evaluations": [], "tokens": 0, "seconds": 0.0}
     scheduler = _scheduler(t, optimizer, step_cap)
     if resume:
-        state = load_checkpoint(accelerator, output_dir, scheduler, shards=shards)
+        state = load_checkpoint(accelerator, output_dir, scheduler, shards=shards, data=train_set)
         # a resumed run may be given a new max_steps: the schedule then ends there
         planned = state["planned_steps"] if t.max_seconds else step_cap
         state["planned_steps"] = min(planned, step_cap)
@@ -409,7 +419,7 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     with StopRequest() as stop:
         while state["step"] < state["planned_steps"]:
             set_scheduled_sampling(recipe, plain, state["step"])
-            batches = global_batch(train_set, collator, state["step"], t, accelerator)
+            batches = global_batch(train_set, collator, state["step"], t, accelerator, shuffle=recipe.data.shuffle)
             loss = train_step(model, optimizer, scheduler, batches, task, t, accelerator, sharded=bool(fsdp))
             state["step"] += 1
             state["tokens"] += sum(int(b["input_ids"].numel()) for b in batches) * accelerator.num_processes
@@ -438,7 +448,9 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
                     bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in metrics.items()))
             interrupted = _any(accelerator, stop.signal is not None)
             if (state["step"] % t.save_every == 0 and not last) or interrupted:
-                save_checkpoint(accelerator, output_dir, state, scheduler, t.keep_checkpoints, shards=shards)
+                save_checkpoint(
+                    accelerator, output_dir, state, scheduler, t.keep_checkpoints, shards=shards, data=train_set
+                )
             if interrupted:
                 bar.close()
                 accelerator.print(
@@ -454,15 +466,20 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     return finish(recipe, accelerator, model, prepared, state, distributed, sharded=bool(fsdp))
 
 
-def global_batch(train_set, collator, step: int, t, accelerator) -> list[dict]:
-    """This process's micro-batches of step `step`: the step's rows of a permutation seeded by (seed, epoch), every
-    P-th of them for process p of P, cut into gradient-accumulation micro-batches."""
-    epoch, index = divmod(step, len(train_set) // t.batch_size)
-    order = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(t.seed * 100003 + epoch))
-    rows = order[index * t.batch_size : (index + 1) * t.batch_size].tolist()
-    rows = rows[accelerator.process_index :: accelerator.num_processes]
-    micro = len(rows) // t.gradient_accumulation_steps
-    batches = [collator([train_set[i] for i in rows[k : k + micro]]) for k in range(0, len(rows), micro)]
+def global_batch(train_set, collator, step: int, t, accelerator, shuffle: bool = True) -> list[dict]:
+    """This process's micro-batches of step `step`: the step's rows of a permutation seeded by (seed, epoch) (with
+    `data.shuffle: false`, of the blocks in order), every P-th of them for process p of P, cut into
+    gradient-accumulation micro-batches. A stream (`data.streaming`) gives each process its own next B/P blocks."""
+    if isinstance(train_set, BlockStream):
+        features = train_set.take(t.batch_size // accelerator.num_processes)
+    else:
+        epoch, index = divmod(step, len(train_set) // t.batch_size)
+        generator = torch.Generator().manual_seed(t.seed * 100003 + epoch)
+        order = torch.randperm(len(train_set), generator=generator) if shuffle else torch.arange(len(train_set))
+        rows = order[index * t.batch_size : (index + 1) * t.batch_size].tolist()
+        features = [train_set[i] for i in rows[accelerator.process_index :: accelerator.num_processes]]
+    micro = len(features) // t.gradient_accumulation_steps
+    batches = [collator(features[k : k + micro]) for k in range(0, len(features), micro)]
     return [{k: v.to(accelerator.device) for k, v in b.items() if k != "special_tokens_mask"} for b in batches]
 
 
