@@ -298,7 +298,7 @@ def main() -> None:
     lines = [
         f"# The GPU half: {name.replace('_', ' ')}",
         "",
-        f"`python bench/bench_gpu.py{' --quick --device cpu' if args.quick else ''}`, "
+        f"`python bench/bench_gpu.py {' '.join(sys.argv[1:])}`, "
         f"{time.strftime('%Y-%m-%d')}; peak for MFU: {peak / 1e12:.0f} TFLOP/s ({peak_source}).",
         "",
         *machine_description(args.device),
