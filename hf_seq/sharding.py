@@ -39,6 +39,12 @@ class ShardingSettings:
 def requested() -> ShardingSettings | None:
     """The FSDP settings `accelerate launch` exported, or None when the run is not sharded. Settings hf-seq does not
     carry out are refused by name rather than ignored."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        raise InvalidValueError(
+            "a DeepSpeed launch config: hf-seq's training loop does not run under DeepSpeed (on a CPU accelerate "
+            "ignores it, and its checkpoints unpickle on resume); launch with recipes/accelerate/fsdp.yaml, whose full "
+            "shard partitions parameters, gradients and optimizer state as ZeRO-3 does (docs/cluster.md)"
+        )
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
         return None
     version = os.environ.get("FSDP_VERSION", "1")

@@ -341,6 +341,12 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
         raise RecipeError("training.mixed_precision='fp16' needs a GPU; on a CPU use 'bf16' (or 'no')")
     tracker = resolve_tracker(t.log_with)
     fsdp = sharding.requested()  # `accelerate launch --config_file recipes/accelerate/fsdp.yaml`
+    launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if launched not in ("no", t.mixed_precision) and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        print(
+            f"note: the launch config asks for mixed_precision {launched!r}; the run follows the recipe's "
+            f"training.mixed_precision={t.mixed_precision!r} (set it in the recipe or as an override)"
+        )
     if fsdp and t.mixed_precision == "fp16":
         raise RecipeError("training.mixed_precision='fp16' is not supported with FSDP in hf-seq; use 'bf16'")
     # cpu=True on a machine without an accelerator makes torchrun's processes join over gloo (multi-CPU data parallel)

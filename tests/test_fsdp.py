@@ -132,6 +132,7 @@ def test_a_killed_sharded_run_resumes_to_the_uninterrupted_weights(tmp_path):
         ({"FSDP_VERSION": "1"}, "fsdp_version: 1; hf-seq shards with FSDP2"),
         ({"FSDP_AUTO_WRAP_POLICY": "SIZE_BASED_WRAP"}, "fsdp_auto_wrap_policy: 'SIZE_BASED_WRAP'; allowed"),
         ({"FSDP_OFFLOAD_PARAMS": "true"}, "fsdp_offload_params: true is not supported"),
+        ({"ACCELERATE_USE_DEEPSPEED": "true"}, "a DeepSpeed launch config: .* recipes/accelerate/fsdp.yaml"),
     ],
 )
 def test_fsdp_settings_hf_seq_does_not_carry_out_are_refused(monkeypatch, env, message):
