@@ -106,13 +106,18 @@ def load_hub_dataset(source: str, what: str = "dataset", **kwargs):
         raise MissingFileError(message) from error
 
 
-def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
+MIN_HELD_OUT_DOCUMENTS = 2  # fewer documents than this in eval_fraction: hold out running text instead (packed tasks)
+
+
+def load_splits(data, columns: dict[str, str], blocks_fallback: bool = False) -> dict[str, datasets.Dataset]:
     """The `train`, `validation` and (when there is one) `test` rows of a recipe's data section, with the columns
     renamed to the task's names (`columns`: task's name -> the dataset's column).
 
     Held-out data, in order of preference: the files or split named by `data.validation` / `data.test`; a Hub
     dataset's own `validation` / `test` splits; else `data.eval_fraction` of the documents, drawn with a fixed
-    seed. Training rows keep their order (packing relies on it)."""
+    seed. Training rows keep their order (packing relies on it). With `blocks_fallback` (tasks that pack running
+    text into blocks), a corpus of too few documents for that (a file of one sentence a line and no blank lines is one
+    document) comes back without a validation split: the caller holds out the last blocks (`hold_out_tail`)."""
     splits: dict[str, datasets.Dataset] = {}
     if isinstance(data.dataset, str) and data.dataset in EMBEDDED:
         splits["train"] = EMBEDDED[data.dataset](data)
@@ -137,6 +142,8 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
     if "validation" not in splits:
         train = splits["train"]
         n_eval = max(1, round(len(train) * data.eval_fraction))
+        if blocks_fallback and len(train) * data.eval_fraction < MIN_HELD_OUT_DOCUMENTS:
+            return select_columns(splits, columns)
         if n_eval >= len(train):
             raise InvalidValueError(
                 f"data.eval_fraction={data.eval_fraction} leaves no training rows out of {len(train)}; lower it or "
@@ -147,6 +154,18 @@ def load_splits(data, columns: dict[str, str]) -> dict[str, datasets.Dataset]:
         splits["validation"] = train.select(held_out)
         splits["train"] = train.select(sorted(order[n_eval:]))
     return select_columns(splits, columns)
+
+
+def hold_out_tail(blocks: datasets.Dataset, fraction: float) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """(training blocks, held-out blocks): the last `fraction` of the packed running text held out whole, the way
+    char-rnn and nanoGPT split one long text: contiguous, so no held-out sentence was also trained on."""
+    n_eval = max(1, round(len(blocks) * fraction))
+    if n_eval >= len(blocks):
+        raise InvalidValueError(
+            f"data.eval_fraction={fraction} of {len(blocks)} blocks leaves no training blocks: give more text, a "
+            "smaller data.block_size, or data.validation (a held-out file)"
+        )
+    return blocks.select(range(len(blocks) - n_eval)), blocks.select(range(len(blocks) - n_eval, len(blocks)))
 
 
 def select_columns(splits: dict, columns: dict[str, str], names: dict[str, list[str]] | None = None) -> dict:

@@ -454,7 +454,10 @@ def prepare(
     columns = {name: getattr(recipe.data, key) for name, key in task.columns.items()}
     stream = recipe.data.streaming
     with main_first() if main_first else contextlib.nullcontext():  # the main process fills the datasets cache
-        splits = (streaming.load_splits if stream else data_lib.load_splits)(recipe.data, columns)
+        if stream:
+            splits = streaming.load_splits(recipe.data, columns)
+        else:
+            splits = data_lib.load_splits(recipe.data, columns, blocks_fallback=task.packing is not None)
     if tokenizer is None:
         tokenizer = obtain_tokenizer(recipe, task, splits["train"], tokenizer_folder, is_main, wait)
     names = None
@@ -479,10 +482,22 @@ def prepare(
         else:
             prepared.train, counts = task.encode(recipe, tokenizer, splits["train"], label2id)
             prepared.notes |= {f"train_{k}": v for k, v in counts.items()}
+            if "validation" not in splits:  # too few documents to hold some out: the end of the running text
+                prepared.train, splits["validation"] = data_lib.hold_out_tail(prepared.train, recipe.data.eval_fraction)
+                prepared.notes["eval_held_out_tail"] = len(splits["validation"])
+                if is_main:
+                    print(
+                        f"note: no data.validation and too few documents to hold {recipe.data.eval_fraction:.0%} of "
+                        f"them out: held out the last {len(splits['validation'])} blocks of the running text instead "
+                        "(contiguous, as char-rnn and nanoGPT do); give data.validation for a split of your own"
+                    )
         for split, prefix in (("validation", "eval"), ("test", "test")):
             if split not in splits:
                 continue
-            encoded, counts = task.encode(recipe, tokenizer, splits[split], label2id)
+            if prepared.notes.get(f"{prefix}_held_out_tail"):  # already blocks
+                encoded, counts = splits[split], {}
+            else:
+                encoded, counts = task.encode(recipe, tokenizer, splits[split], label2id)
             prepared.notes |= {f"{prefix}_{k}": v for k, v in counts.items()}
             rows = splits[split] if len(splits[split]) == len(encoded) else None
             cap = recipe.data.eval_examples
