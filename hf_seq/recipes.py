@@ -14,6 +14,7 @@ from hf_seq.errors import InvalidValueError, MissingFileError
 
 SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
 MIXED_PRECISION = ("no", "bf16", "fp16")
+SELECT_BY = ("loss",)  # the held-out metric model selection minimises
 
 
 class RecipeError(InvalidValueError):
@@ -84,6 +85,10 @@ class TrainingRecipe:
     save_every: int = 100
     keep_checkpoints: int = 2
     log_with: str | None = "auto"  # an accelerate tracker (tensorboard, wandb, ...); auto: TensorBoard if installed
+    # Model selection: "loss" keeps the weights of the evaluation with the lowest held-out loss (eval_loss) and saves
+    # those as the model, with best_step in the metrics; patience: stop after this many evaluations without a better one
+    select_by: str | None = None
+    patience: int | None = None
     generation_max_new_tokens: int = 64  # seq2seq evaluation (BLEU)
     generation_num_beams: int = 1
 
@@ -258,6 +263,12 @@ def validate(recipe: Recipe, command: str = "train") -> None:
             "reads rows: set data.streaming false"
         )
     t = recipe.training
+    if t.select_by not in (None, *SELECT_BY):
+        raise RecipeError(f"recipe key 'training.select_by': {t.select_by!r}; allowed values: {list(SELECT_BY)}")
+    if t.patience is not None and (t.patience < 1 or t.select_by is None):
+        raise RecipeError(
+            f"recipe key 'training.patience': {t.patience!r}; a number of evaluations >= 1, with training.select_by set"
+        )
     if t.scheduler not in SCHEDULERS:
         raise RecipeError(f"recipe key 'training.scheduler': {t.scheduler!r}; allowed values: {list(SCHEDULERS)}")
     if t.mixed_precision not in MIXED_PRECISION:

@@ -347,6 +347,8 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
             f"note: the launch config asks for mixed_precision {launched!r}; the run follows the recipe's "
             f"training.mixed_precision={t.mixed_precision!r} (set it in the recipe or as an override)"
         )
+    if fsdp and t.select_by:
+        raise RecipeError("training.select_by is not supported with FSDP yet: the selected weights are kept whole")
     if fsdp and t.mixed_precision == "fp16":
         raise RecipeError("training.mixed_precision='fp16' is not supported with FSDP in hf-seq; use 'bf16'")
     # cpu=True on a machine without an accelerator makes torchrun's processes join over gloo (multi-CPU data parallel)
@@ -452,6 +454,13 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
                     accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state["step"])
                 if accelerator.is_main_process:
                     bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in metrics.items()))
+                if t.select_by and keep_best(accelerator, plain, output_dir, state, metrics, t) and not last:
+                    last = True
+                    state["stopped_early"] = state["step"]
+                    accelerator.print(
+                        f"step {state['step']}: {t.patience} evaluations without a lower eval_loss than step "
+                        f"{state['best']['step']}'s (training.patience): stopping"
+                    )
             interrupted = _any(accelerator, stop.signal is not None)
             if (state["step"] % t.save_every == 0 and not last) or interrupted:
                 save_checkpoint(
@@ -470,6 +479,25 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     if tracker:
         accelerator.end_training()
     return finish(recipe, accelerator, model, prepared, state, distributed, sharded=bool(fsdp))
+
+
+def keep_best(accelerator, model, output_dir: Path, state: dict, metrics: dict, t) -> bool:
+    """`training.select_by`: keep the weights of the evaluation with the lowest held-out loss so far in
+    checkpoints/best.safetensors (written under a temporary name, then renamed); returns True once
+    `training.patience` evaluations in a row have not improved on it."""
+    from safetensors.torch import save_model
+
+    best = state.get("best")
+    if best is None or metrics["eval_loss"] < best["eval_loss"]:
+        state["best"] = {"step": state["step"], "eval_loss": metrics["eval_loss"], "waited": 0}
+        if accelerator.is_main_process:
+            partial = output_dir / "checkpoints" / ".best.safetensors"
+            save_model(model, str(partial))
+            partial.replace(output_dir / "checkpoints" / "best.safetensors")
+        accelerator.wait_for_everyone()
+        return False
+    best["waited"] += 1
+    return t.patience is not None and best["waited"] >= t.patience
 
 
 def global_batch(train_set, collator, step: int, t, accelerator, shuffle: bool = True) -> list[dict]:
@@ -599,12 +627,24 @@ def finish(recipe: Recipe, accelerator, model, prepared, state: dict, distribute
     curve and card; return the summary."""
     output_dir = Path(recipe.training.output_dir)
     final = state["evaluations"][-1] if state["evaluations"] else {}
+    best = state.get("best")
+    if best:  # training.select_by: the model saved, and the figures reported, are the best evaluation's
+        from safetensors.torch import load_model
+
+        load_model(
+            accelerator.unwrap_model(model, keep_torch_compile=False), output_dir / "checkpoints" / "best.safetensors"
+        )
+        final = next(e for e in state["evaluations"] if e["step"] == best["step"])
+    rows = len(prepared.train) if hasattr(prepared.train, "__len__") else None
     summary = {
         "steps": state["step"],
         "tokens": state["tokens"],
         "seconds": state["seconds"],
         "tokens_per_second": state["tokens"] / max(state["seconds"], 1e-9),
         "final_train_loss": state["losses"][-1] if state["losses"] else None,
+        "epochs": state["step"] * recipe.training.batch_size / rows if rows else None,  # passes over the training set
+        **({"best_step": best["step"], "selected_by": recipe.training.select_by} if best else {}),
+        **({"stopped_early": state["stopped_early"]} if "stopped_early" in state else {}),
         **{k: v for k, v in prepared.notes.items() if k.startswith("train_")},
         **{k: v for k, v in final.items() if k not in ("step", "tokens", "seconds")},
         **distributed,

@@ -1,6 +1,7 @@
 """The recipe-driven training loop: recipes are checked before training, a killed run resumes to the same weights,
 and two processes train to the same result as one."""
 
+import json
 import os
 import signal
 import subprocess
@@ -204,3 +205,26 @@ def test_a_compiled_run_saves_the_models_own_weights(tmp_path):
     for name, tensor in model.state_dict().items():
         if name in weights:
             torch.testing.assert_close(tensor, weights[name], rtol=0, atol=0)
+
+
+def test_select_by_loss_saves_the_best_evaluation_and_patience_stops(tmp_path):
+    """A learning rate far too high makes the held-out loss rise after its first steps: the saved model must be the
+    best evaluation's (evaluate on the folder reproduces that loss exactly), and patience stops the run two
+    evaluations after it."""
+    out = tmp_path / "selected"
+    overrides = ["training.select_by=loss", "training.patience=2", "training.eval_every=1", "training.max_steps=12"]
+    overrides += ["training.learning_rate=0.3", "training.warmup_steps=0", "training.scheduler=constant"]
+    overrides += ["model.embedding_dropout=0.0", "model.hidden_dropout=0.0"]
+    run = _train(tmp_path, out, overrides)
+    output = run.communicate(timeout=600)[0]
+    assert run.returncode == 0, output
+    metrics = json.loads((out / "metrics.json").read_text())
+    losses = {e["step"]: e["eval_loss"] for e in metrics["evaluations"]}
+    best = min(losses, key=losses.get)
+    assert metrics["best_step"] == best and metrics["eval_loss"] == losses[best]
+    assert best < max(losses), "the loss never rose: the test does not test selection"
+    assert metrics["stopped_early"] == best + 2 == max(losses)
+
+    from hf_seq.training import evaluate_folder
+
+    assert evaluate_folder(out)["eval_loss"] == losses[best]
