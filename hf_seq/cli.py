@@ -241,6 +241,19 @@ def _model_folder(folder: str) -> str:
     return folder
 
 
+def parse_sizes(text: str) -> list[int]:
+    """`0.4M,1.6M,6.4M` or `400000,1600000` as parameter counts."""
+    sizes = []
+    for item in text.split(","):
+        item = item.strip().upper()
+        scale = {"K": 10**3, "M": 10**6}.get(item[-1:], 1)
+        try:
+            sizes.append(round(float(item.rstrip("KM")) * scale))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a parameter count (e.g. 400000, 400K or 0.4M)") from None
+    return sizes
+
+
 def cmd_lineage(args) -> None:
     from hf_seq.experiments import lineage
 
@@ -248,17 +261,23 @@ def cmd_lineage(args) -> None:
     result = lineage.run(
         quick=args.quick,
         output_dir=args.output_dir,
-        corpus=args.corpus,
+        corpus=args.corpus if len(args.corpus) > 1 else args.corpus[0],
+        validation=args.validation,
+        test=args.test,
         budget_tokens=args.budget_tokens,
         budget_seconds=args.budget_seconds,
+        budget_flops=args.budget_flops,
         members=members,
+        sizes=args.sizes,
+        seeds=args.seeds,
+        tune=args.tune,
         threads=args.threads,
         max_chars=args.max_chars,
     )
-    for record in sorted(result["members"], key=lambda r: r["eval_bits_per_byte"]):
-        print(
-            f"{record['name']:>7}: {record['eval_bits_per_byte']:.4f} bits per byte, {record['train_tokens']:,} tokens"
-        )
+    metric = result["metric"]
+    for row in sorted(result["summary"], key=lambda r: (r["target"], r["mean"])):
+        spread = f" [{row['min']:.4f}-{row['max']:.4f}]" if row["seeds"] > 1 else ""
+        print(f"{row['target']:>10,} {row['name']:>7}: {row['mean']:.4f}{spread} {metric.replace('_', ' ')}")
     print(f"lineage.md, lineage.json and learning_curves.png in {args.output_dir}/")
 
 
@@ -355,10 +374,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser(
         "lineage", help="n-gram, window, WaveNet, Elman, GRU, LSTM, GPT, Mamba: one corpus and budget, sizes matched"
     )
-    p.add_argument("--corpus", default="stdlib", help="stdlib (default), local text files or a Hub dataset name")
+    p.add_argument(
+        "--corpus", nargs="+", default=["stdlib"], help="stdlib (default), local text files or a Hub dataset name"
+    )
+    p.add_argument("--validation", help="held-out file(s) or Hub split (default: the corpus's own, else held out)")
+    p.add_argument("--test", help="test file or Hub split, scored once at the end with the selected weights")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--budget-tokens", type=int, help="training tokens per member (default 2**20)")
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
+    budget.add_argument("--budget-flops", type=float, help="training FLOPs per member (6N + attention per token)")
+    p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
+    p.add_argument("--sizes", type=parse_sizes, help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per member and size: mean and spread")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
     p.add_argument("--members", help="a comma-separated subset of ngram,window,conv,elman,gru,lstm,gpt,ssm")
     p.add_argument("--max-chars", type=int, help="characters of the corpus to read (default 3,000,000)")

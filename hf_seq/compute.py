@@ -41,4 +41,22 @@ def training_flops_per_token(config: GPTConfig, seq_len: int) -> int:
     return 6 * flop_parameters(config) + 12 * config.num_hidden_layers * config.hidden_size * seq_len
 
 
-__all__ = ["flop_parameters", "training_flops_per_token"]
+def model_flops_per_token(model: torch.nn.Module, seq_len: int) -> int:
+    """6 N (+ 12 L d s for attention) for any hf-seq language model, from its shapes (the model may sit on the meta
+    device): N counts every parameter except the looked-up tables (`nn.Embedding`s), with a tied output projection
+    counted once under its own name. Recurrences, convolutions and scans multiply each parameter once per token too;
+    what this leaves out is the state-space scan's elementwise work, a few percent at the lineage's sizes."""
+    tables = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    outputs = model.get_output_embeddings()
+    projection = outputs.weight if outputs is not None else None
+    n = sum(p.numel() for p in model.parameters() if id(p) not in tables)
+    if projection is not None and id(projection) in tables:  # tied: the table is also the output layer
+        n += projection.numel()
+    config = model.config
+    attention = 0
+    if getattr(config, "num_attention_heads", None) and config.model_type == "hf_seq_gpt":
+        attention = 12 * config.num_hidden_layers * config.hidden_size * seq_len
+    return 6 * n + attention
+
+
+__all__ = ["flop_parameters", "model_flops_per_token", "training_flops_per_token"]

@@ -402,7 +402,8 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     shards = (model, optimizer) if fsdp else None
     plain = accelerator.unwrap_model(model, keep_torch_compile=False)  # the model itself: evaluated, saved
     distributed = describe_distributed(accelerator, fsdp, t, plain)
-    accelerator.print(f"distributed: {distributed['distributed_type']} over {distributed['num_processes']} process(es)")
+    if accelerator.num_processes > 1 or fsdp:
+        accelerator.print(f"distributed: {distributed['distributed_type']} over {accelerator.num_processes} processes")
     step_cap = t.max_steps or UNPLANNED_STEPS  # max_seconds alone: no step limit, the plan at step 10 sets the end
     state = {"step": 0, "planned_steps": step_cap, "losses": [], "evaluations": [], "tokens": 0, "seconds": 0.0}
     scheduler = _scheduler(t, optimizer, step_cap)

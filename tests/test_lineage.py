@@ -2,6 +2,7 @@
 the files the issue names are written."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def test_quick_lineage_writes_the_table_curves_and_cards(tmp_path):
         assert r["train_tokens"] == result["budget_tokens"]  # one token budget
         assert r["curve"], name
     neural = [r for r in records.values() if r["name"] != "ngram"]
-    target = result["target"]
+    (target,) = result["sizes"]
     for r in neural:  # matched sizes: non-embedding parameters within 5% of the target, equal embeddings
         assert abs(r["non_embedding_params"] - target) <= 0.05 * target, r
     # bits per byte agrees with perplexity through the counts: NLL total in bits / bytes
@@ -47,8 +48,14 @@ def test_matched_size_hits_the_target_for_every_neural_member():
 
 
 def test_bad_arguments_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match=r"give one budget .* got \['seconds', 'tokens'\]"):
         lineage.run(quick=True, output_dir=tmp_path, budget_tokens=100, budget_seconds=1.0)
+    with pytest.raises(ValueError, match="--budget-flops must be positive"):
+        lineage.run(quick=True, output_dir=tmp_path, budget_flops=-1.0)
+    with pytest.raises(ValueError, match="--seeds must be >= 1"):
+        lineage.run(quick=True, output_dir=tmp_path, seeds=0)
+    with pytest.raises(ValueError, match="--sizes must be positive"):
+        lineage.run(quick=True, output_dir=tmp_path, sizes=[0])
     with pytest.raises(ValueError, match="unknown member 'rnn'"):
         lineage.run(quick=True, output_dir=tmp_path, members=("rnn",))
 
@@ -81,3 +88,90 @@ def test_reports_and_cards_name_a_local_corpus_by_its_file_name(tmp_path, monkey
         assert "corpus-7f3a.txt" in path.read_text(), path
     assert json.loads((out / "lineage.json").read_text())["corpus"] == "corpus-7f3a.txt"
     assert titles and titles[0].startswith("corpus-7f3a.txt, ")
+
+
+# ---------------------------------------------------------------------------------------------- the study's knobs
+FLOPS = 3e9  # the quick settings' gpt at 6,000 non-embedding parameters: about 40 steps of 8 x 32 tokens
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """One quick study with every knob turned: two sizes, two seeds, two tuning trials, a FLOPs budget, and a test
+    split, on a one-sentence-a-line corpus (held-out part: its own validation file)."""
+    from tests.test_corpus_layout import sentence_files
+
+    folder = tmp_path_factory.mktemp("study")
+    train, valid, test = sentence_files(folder, lines=(900, 80, 80))
+    result = lineage.run(
+        quick=True, output_dir=folder / "out", corpus=str(train), validation=str(valid), test=str(test),
+        members=("ngram", "gpt", "lstm"), sizes=[3000, 6000], seeds=2, tune=2, budget_flops=FLOPS, progress=False,
+    )  # fmt: skip
+    return folder / "out", result
+
+
+def neural(result, **where):
+    return [r for r in result["members"] if r["name"] != "ngram" and all(r[k] == v for k, v in where.items())]
+
+
+def test_tune_gives_every_member_the_same_trials_and_keeps_the_best(study):
+    _, result = study
+    grids = {
+        (r["name"], r["target"]): [(t["learning_rate"], t["dropout"]) for t in r["trials"]] for r in neural(result)
+    }
+    assert len(set(map(tuple, grids.values()))) == 1  # the same trials for every member and size
+    (grid,) = set(map(tuple, grids.values()))
+    assert len(grid) == 2 and len({lr for lr, _ in grid}) == 2
+    for r in neural(result):
+        best = min(r["trials"], key=lambda t: t["eval_loss"])
+        assert (r["learning_rate"], r["dropout"]) == (best["learning_rate"], best["dropout"]), r["name"]
+    assert lineage.trial_grid(1, lineage.SETTINGS["quick"], past_epoch=False)[0]["learning_rate"] == 3e-3
+
+
+def test_sizes_give_one_table_each_and_a_scaling_plot(study):
+    out, result = study
+    for target in (3000, 6000):
+        for r in neural(result, target=target):
+            assert abs(r["non_embedding_params"] - target) <= 0.05 * target, r["name"]
+    table = (out / "lineage.md").read_text()
+    assert "## Non-embedding parameters 3,000" in table and "## Non-embedding parameters 6,000" in table
+    assert (out / "scaling.png").stat().st_size > 10_000
+
+
+def test_seeds_give_the_mean_and_spread_of_the_test_score(study):
+    _, result = study
+    assert result["metric"] == "test_bits_per_byte"
+    for row in result["summary"]:
+        runs = [
+            r["test_bits_per_byte"]
+            for r in result["members"]
+            if (r["name"], r["target"]) == (row["name"], row["target"])
+        ]
+        assert row["mean"] == pytest.approx(sum(runs) / len(runs)) and (row["min"], row["max"]) == (
+            min(runs),
+            max(runs),
+        )
+        assert row["seeds"] == (1 if row["name"] == "ngram" else 2)
+    for name in ("gpt", "lstm"):
+        seeds = neural(result, name=name, target=6000)
+        assert {r["seed"] for r in seeds} == {0, 1} and seeds[0]["test_bits_per_byte"] != seeds[1]["test_bits_per_byte"]
+
+
+def test_a_flops_budget_gives_each_member_the_steps_its_flops_per_token_allow(study):
+    _, result = study
+    s = lineage.SETTINGS["quick"]
+    per_step = s["batch_size"] * s["block_size"]
+    for r in neural(result):
+        assert r["flops_per_token"] > 0
+        assert r["train_tokens"] == math.ceil(FLOPS / (r["flops_per_token"] * per_step)) * per_step, r["name"]
+    small, large = (neural(result, name="gpt", target=t, seed=0)[0] for t in (3000, 6000))
+    assert large["train_tokens"] < small["train_tokens"]
+    for r in neural(result):  # the record names of the issue
+        for key in ("validation_bits_per_byte", "test_bits_per_byte", "test_perplexity", "best_step", "epochs",
+                    "flops_per_token", "trials", "seed"):  # fmt: skip
+            assert r[key] is not None, (r["name"], key)
+
+
+def test_sizes_parse_with_their_suffixes():
+    from hf_seq.cli import parse_sizes
+
+    assert parse_sizes("0.4M,1.6M,400K,1000") == [400_000, 1_600_000, 400_000, 1000]
