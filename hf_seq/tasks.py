@@ -8,6 +8,7 @@ same rows and report the same numbers; nothing outside this file asks which task
 """
 
 import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -489,7 +490,8 @@ def prepare(
                     print(
                         f"note: no data.validation and too few documents to hold {recipe.data.eval_fraction:.0%} of "
                         f"them out: held out the last {len(splits['validation'])} blocks of the running text instead "
-                        "(contiguous, as char-rnn and nanoGPT do); give data.validation for a split of your own"
+                        "(contiguous, as char-rnn and nanoGPT do); give data.validation for a split of your own",
+                        file=sys.stderr,  # a note, not output: `hf-seq evaluate --json` prints only the JSON
                     )
         for split, prefix in (("validation", "eval"), ("test", "test")):
             if split not in splits:

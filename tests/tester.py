@@ -190,6 +190,7 @@ class ModelTesterMixin:
             import sys
             sys.modules["hf_seq"] = None  # any import of the package now fails
             import torch, transformers
+            torch.set_num_threads({torch.get_num_threads()})  # the parent's: sums split alike, outputs bit-equal
             folder = {str(tmp_path / "model")!r}
             config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
             assert not type(config).__module__.startswith("hf_seq"), type(config).__module__
