@@ -1,0 +1,15 @@
+// MathJax 3 configuration, read before docs/assets/mathjax/tex-chtml.js loads (both served by the site itself).
+// pymdownx.arithmatex (generic mode) wraps each formula in an element of class "arithmatex" with \( \) or \[ \]
+// delimiters; MathJax typesets those elements and nothing else on the page.
+window.MathJax = {
+  tex: {
+    inlineMath: [["\\(", "\\)"]],
+    displayMath: [["\\[", "\\]"]],
+    processEscapes: true,
+    processEnvironments: true,
+  },
+  options: {
+    ignoreHtmlClass: ".*|",
+    processHtmlClass: "arithmatex",
+  },
+};
