@@ -8,7 +8,6 @@ the module path where the name is defined (`hf_seq.models.modeling_gpt.GPTModel`
 
 import base64
 import dataclasses
-import importlib
 import json
 import re
 from pathlib import Path
@@ -82,8 +81,8 @@ def public_paths():
 
 
 def title(fam):
-    doc = importlib.import_module(f"hf_seq.models.configuration_{fam.name}").__doc__ or fam.name
-    return doc.split(":", 1)[-1].strip().rstrip(".").split(" (")[0].strip() or fam.name
+    """The config's name without `Config` (GPT, RNN, Bahdanau, ...): the name a reader looks for."""
+    return fam.config.removesuffix("Config") or fam.name
 
 
 def example_config(fam):
@@ -146,7 +145,8 @@ def family_page(fam):
     figure, caption = FIGURES.get(fam.name, (None, None))
     autos = "\n".join(
         f"| `{auto}` | [`{model}`](../reference/models.md#hf_seq.models.modeling_{fam.name}.{model}) | "
-        + ", ".join(f"`{task}`" for task in PIPELINES.get(auto, [])) + " |"
+        + ", ".join(f"`{task}`" for task in PIPELINES.get(auto, []))
+        + " |"
         for auto, model in fam.models.items()
     )
     parts = [
@@ -196,7 +196,7 @@ def reference_models():
         "# API reference: models\n\nEvery public name of `hf_seq` (`hf_seq.__all__`), rendered from its docstring. "
         "`from hf_seq import GPTConfig` works for each; the entries name the module that defines it."
     ]
-    for name, path in public_paths():
+    for _name, path in public_paths():
         parts.append(f"::: {path}\n    options:\n      heading_level: 2\n      members: false")
     return "\n\n".join(parts) + "\n"
 
@@ -204,7 +204,9 @@ def reference_models():
 def reference_tools():
     parts = ["# API reference: tools\n\nThe modules of tokenization, evaluation, conversion and plotting."]
     for module, heading in TOOLS.items():
-        parts.append(f"## {heading}\n\n::: {module}\n    options:\n      heading_level: 3\n      show_root_heading: true")
+        parts.append(
+            f"## {heading}\n\n::: {module}\n    options:\n      heading_level: 3\n      show_root_heading: true"
+        )
     return "\n\n".join(parts) + "\n"
 
 
@@ -220,8 +222,10 @@ def landing_page():
 def notebook_markdown(path):
     """A notebook as Markdown with its stored outputs: text as code blocks, images inline."""
     nb = json.loads(path.read_text())
-    out = [f"*The notebook `notebooks/{path.name}`: open it with Jupyter to run it. The outputs below are the ones "
-           "stored with it.*\n"]
+    out = [
+        f"*The notebook `notebooks/{path.name}`: open it with Jupyter to run it. The outputs below are the ones "
+        "stored with it.*\n"
+    ]
     for cell in nb["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
@@ -259,9 +263,13 @@ def on_config(config):
         result = []
         for entry in entries:
             if isinstance(entry, dict) and entry.get("Families") == "families/index.md":
-                entry = {"Families": ["families/index.md"] + [{title(f): f"families/{f.name}.md"} for f in hf_seq.FAMILIES]}
+                entry = {
+                    "Families": ["families/index.md"] + [{title(f): f"families/{f.name}.md"} for f in hf_seq.FAMILIES]
+                }
             elif isinstance(entry, dict) and entry.get("Notebooks") == "notebooks/index.md":
-                entry = {"Notebooks": [f"notebooks/{nb.stem}.md" for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))]}
+                entry = {
+                    "Notebooks": [f"notebooks/{nb.stem}.md" for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+                }
             elif isinstance(entry, dict):
                 key, value = next(iter(entry.items()))
                 entry = {key: expand(value) if isinstance(value, list) else value}
