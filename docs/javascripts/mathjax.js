@@ -7,6 +7,7 @@ window.MathJax = {
     displayMath: [["\\[", "\\]"]],
     processEscapes: true,
     processEnvironments: true,
+    packages: {"[-]": ["noundefined"]},  // an unknown macro is an error (mjx-merror), not red text: tests find it
   },
   options: {
     ignoreHtmlClass: ".*|",
