@@ -291,9 +291,18 @@ def on_files(files, config):
     add(files, config, "reference/tools.md", reference_tools())
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         add(files, config, f"notebooks/{nb.stem}.md", notebook_markdown(nb))
-    for result in sorted((ROOT / "bench" / "results").iterdir()):
-        if result.suffix in (".md", ".png"):
-            add(files, config, f"benchmarks/results/{result.name}", abs_src_path=str(result))
+    results = sorted(path for path in (ROOT / "bench" / "results").iterdir() if path.suffix in (".md", ".png"))
+    for result in results:
+        add(files, config, f"benchmarks/results/{result.name}", abs_src_path=str(result))
+    listing = [f"- [{path.name}]({path.name})" for path in results if path.suffix == ".md"]
+    listing += [f"\n![{path.name}]({path.name})" for path in results if path.suffix == ".png"]
+    add(
+        files,
+        config,
+        "benchmarks/results/index.md",
+        "# Benchmark results\n\nThe tables and figures of `bench/results/`, as committed "
+        "([how they were made](../../guide/benchmarks.md)).\n\n" + "\n".join(listing) + "\n",
+    )
     import mathjax
 
     es5 = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
