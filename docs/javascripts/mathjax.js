@@ -9,6 +9,9 @@ window.MathJax = {
     processEnvironments: true,
     packages: {"[-]": ["noundefined"]},  // an unknown macro is an error (mjx-merror), not red text: tests find it
   },
+  chtml: {
+    mtextInheritFont: true,  // \text{...} comments in the page's font: narrower, and they read as prose
+  },
   options: {
     ignoreHtmlClass: ".*|",
     processHtmlClass: "arithmatex",

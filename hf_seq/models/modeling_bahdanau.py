@@ -7,15 +7,15 @@ appendix A.2.2) the target prefix y_0 (the start token) .. y_{T-1}:
 
 $$
 \begin{aligned}
-\overrightarrow{h}_j &= f(\overrightarrow{h}_{j-1}, E_x x_j), \quad \overleftarrow{h}_j = f(\overleftarrow{h}_{j+1}, E_x x_j),
-    \quad h_j = [\overrightarrow{h}_j; \overleftarrow{h}_j] && \text{the annotations, } 2n \\
-s_0 &= \tanh(W_s \overleftarrow{h}_1) && \text{the backward state at the first source word} \\
-e_{ij} &= v_a^\top \tanh(W_a s_{i-1} + U_a h_j) && \text{the alignment model; } U_a h_j \text{ once per sentence} \\
-\alpha_{ij} &= \frac{\exp(e_{ij})}{\sum_k \exp(e_{ik})} && \text{over the real source positions only} \\
-c_i &= \textstyle\sum_j \alpha_{ij} h_j && \text{the context vector} \\
-s_i &= f(s_{i-1}, [E_y y_{i-1}; c_i]) && \text{a GRU or LSTM step; the context enters every gate} \\
-\tilde t_i &= U_o s_i + V_o E_y y_{i-1} + C_o c_i, \quad t_{i,k} = \max(\tilde t_{i,2k-1}, \tilde t_{i,2k})
-    && \text{deep output, maxout} \\
+\overrightarrow{h}_j &= f(\overrightarrow{h}_{j-1}, E_x x_j), \quad \overleftarrow{h}_j = f(\overleftarrow{h}_{j+1}, E_x x_j) \\
+h_j &= [\overrightarrow{h}_j; \overleftarrow{h}_j] \qquad \text{the annotations, } 2n \\
+s_0 &= \tanh(W_s \overleftarrow{h}_1) \qquad \text{the backward state at the first source word} \\
+e_{ij} &= v_a^\top \tanh(W_a s_{i-1} + U_a h_j) \qquad \text{the alignment model; } U_a h_j \text{ once per sentence} \\
+\alpha_{ij} &= \frac{\exp(e_{ij})}{\sum_k \exp(e_{ik})} \qquad \text{over the real source positions only} \\
+c_i &= \textstyle\sum_j \alpha_{ij} h_j \qquad \text{the context vector} \\
+s_i &= f(s_{i-1}, [E_y y_{i-1}; c_i]) \qquad \text{a GRU or LSTM step; the context enters every gate} \\
+\tilde t_i &= U_o s_i + V_o E_y y_{i-1} + C_o c_i \qquad \text{deep output} \\
+t_{i,k} &= \max(\tilde t_{i,2k-1}, \tilde t_{i,2k}) \qquad \text{maxout} \\
 p(y_i \mid y_{<i}, x) &= \mathrm{softmax}(W_o t_i)
 \end{aligned}
 $$

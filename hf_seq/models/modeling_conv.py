@@ -5,8 +5,8 @@ Layer l, dilation d_l (1, 2, 4, ..., doubling within a cycle), kernel k (WaveNet
 
 $$
 \begin{aligned}
-z_l &= \tanh(W_{f,l} * x_l) \odot \sigma(W_{g,l} * x_l) && *\text{: causal convolution, } k \text{ taps spaced } d_l \text{ apart} \\
-x_{l+1} &= x_l + R_l z_l && R_l, S_l\text{: } 1 \times 1 \text{ convolutions (position-wise linear maps)} \\
+z_l &= \tanh(W_{f,l} * x_l) \odot \sigma(W_{g,l} * x_l) \qquad *\text{: causal convolution, } k \text{ taps spaced } d_l \text{ apart} \\
+x_{l+1} &= x_l + R_l z_l \qquad R_l, S_l\text{: } 1 \times 1 \text{ convolutions (position-wise linear maps)} \\
 s_l &= S_l z_l \\
 \text{logits} &= U\, \mathrm{ReLU}(P\, \mathrm{ReLU}(\textstyle\sum_l s_l)) + b
 \end{aligned}

@@ -4,8 +4,8 @@ $$
 \begin{aligned}
 h_0 &= E[x] \;(+\, P[\text{positions}]) \\
 h_l &= h_{l-1} + \mathrm{Attn}(\mathrm{LN}(h_{l-1})), \quad h_l = h_l + \mathrm{FFN}(\mathrm{LN}(h_l))
-    && \text{pre-LN (GPT-2); post-LN: } \mathrm{LN}(h + f(h)) \\
-p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(\mathrm{LN}(h_L)\, E^\top) && \text{tied input and output embeddings}
+    \qquad \text{pre-LN (GPT-2); post-LN: } \mathrm{LN}(h + f(h)) \\
+p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(\mathrm{LN}(h_L)\, E^\top) \qquad \text{tied input and output embeddings}
 \end{aligned}
 $$
 

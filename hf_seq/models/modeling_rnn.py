@@ -4,10 +4,10 @@ LSTM (Hochreiter and Schmidhuber 1997) over token embeddings, built on the share
 
 $$
 \begin{aligned}
-h^0_t &= E[x_t] && \text{embedding dropout} \\
-h^l_t &= \mathrm{cell}_l(h^{l-1}_t,\, h^l_{t-1}) && \text{dropout between layers, none on the recurrent connections} \\
+h^0_t &= E[x_t] \qquad \text{embedding dropout} \\
+h^l_t &= \mathrm{cell}_l(h^{l-1}_t,\, h^l_{t-1}) \qquad \text{dropout between layers, none on the recurrent connections} \\
 p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(W_{out} P h^L_t + b)
-    && W_{out} = E \text{ when tied; } P \text{ projects to the embedding size if needed}
+    \qquad W_{out} = E \text{ when tied; } P \text{ projects to the embedding size if needed}
 \end{aligned}
 $$
 

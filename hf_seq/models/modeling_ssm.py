@@ -4,8 +4,8 @@ embeddings, chosen by `SSMConfig.ssm_type`. models/scan.py states the SSM equati
 $$
 \begin{aligned}
 h_0 &= E[x] \\
-h_l &= h_{l-1} + \mathrm{Dropout}(\mathrm{Mixer}_l(\mathrm{Norm}(h_{l-1}))) && \text{pre-norm residual blocks} \\
-p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(\mathrm{Norm}(h_L)\, E^\top) && \text{tied input and output embeddings}
+h_l &= h_{l-1} + \mathrm{Dropout}(\mathrm{Mixer}_l(\mathrm{Norm}(h_{l-1}))) \qquad \text{pre-norm residual blocks} \\
+p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(\mathrm{Norm}(h_L)\, E^\top) \qquad \text{tied input and output embeddings}
 \end{aligned}
 $$
 

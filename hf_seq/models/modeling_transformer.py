@@ -5,12 +5,12 @@ The encoder (section 3.1) reads the source tokens x_1 .. x_S, the decoder the ta
 
 $$
 \begin{aligned}
-h_0 &= \sqrt{d}\, E[x] + PE && \text{sections 3.4, 3.5} \\
-h &= \mathrm{LN}(h + \mathrm{SelfAttn}(h)), \quad h = \mathrm{LN}(h + \mathrm{FFN}(h)) && \text{each encoder layer} \\
+h_0 &= \sqrt{d}\, E[x] + PE \qquad \text{sections 3.4, 3.5} \\
+h &= \mathrm{LN}(h + \mathrm{SelfAttn}(h)), \quad h = \mathrm{LN}(h + \mathrm{FFN}(h)) \qquad \text{each encoder layer} \\
 g_0 &= \sqrt{d}\, E[y] + PE \\
 g &= \mathrm{LN}(g + \mathrm{CausalSelfAttn}(g)), \quad g = \mathrm{LN}(g + \mathrm{CrossAttn}(g, h_N)),
-    \quad g = \mathrm{LN}(g + \mathrm{FFN}(g)) && \text{each decoder layer} \\
-p(y_{t+1} \mid y_{\le t}, x) &= \mathrm{softmax}(g_N W_{out}) && W_{out} = E^\top \text{ when tied (section 3.4)}
+    \quad g = \mathrm{LN}(g + \mathrm{FFN}(g)) \qquad \text{each decoder layer} \\
+p(y_{t+1} \mid y_{\le t}, x) &= \mathrm{softmax}(g_N W_{out}) \qquad W_{out} = E^\top \text{ when tied (section 3.4)}
 \end{aligned}
 $$
 

@@ -4,8 +4,8 @@ by learned word vectors and a small network, so that similar contexts share stat
 
 $$
 \begin{aligned}
-x &= (C(w_{t-1}), C(w_{t-2}), \dots, C(w_{t-n+1})) && C \text{: the embedding table; } x \text{: } (n-1)\, m \text{ features} \\
-y &= b + W x + U \tanh(d + H x) && W = 0 \text{ without direct connections} \\
+x &= (C(w_{t-1}), C(w_{t-2}), \dots, C(w_{t-n+1})) \qquad C \text{: the embedding table; } x \text{: } (n-1)\, m \text{ features} \\
+y &= b + W x + U \tanh(d + H x) \qquad W = 0 \text{ without direct connections} \\
 P(w_t = i \mid w_{t-1}, \dots, w_{t-n+1}) &= \mathrm{softmax}(y)_i
 \end{aligned}
 $$

@@ -42,9 +42,9 @@ model chooses what to write into its state and what to forget:
 $$
 \begin{aligned}
 \Delta_k &= \mathrm{softplus}(W_\Delta (W_r u_k) + b_\Delta)
-    && \text{a low-rank projection: } W_r \text{ to rank } R,\ W_\Delta \text{ back to } E \\
-B_k &= W_B u_k, \quad C_k = W_C u_k && N \text{ values each, shared by the } E \text{ channels} \\
-x_k &= \exp(\Delta_k A)\, x_{k-1} + \Delta_k B_k u_k && B \text{ discretised by Euler, as the paper's implementation} \\
+    \qquad \text{a low-rank projection: } W_r \text{ to rank } R,\ W_\Delta \text{ back to } E \\
+B_k &= W_B u_k, \quad C_k = W_C u_k \qquad N \text{ values each, shared by the } E \text{ channels} \\
+x_k &= \exp(\Delta_k A)\, x_{k-1} + \Delta_k B_k u_k \qquad B \text{ discretised by Euler, as the paper's implementation} \\
 y_k &= C_k x_k + D u_k
 \end{aligned}
 $$
