@@ -198,6 +198,9 @@ def reference_models():
     ]
     for _name, path in public_paths():
         parts.append(f"::: {path}\n    options:\n      heading_level: 2\n      members: false")
+    parts.append("## The registry\n\nThe table behind `FAMILIES`, and the functions that read it.")
+    for path in ("hf_seq.registry.Family", "hf_seq.registry.family", "hf_seq.registry.register"):
+        parts.append(f"::: {path}\n    options:\n      heading_level: 3")
     return "\n\n".join(parts) + "\n"
 
 
