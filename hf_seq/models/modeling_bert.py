@@ -2,9 +2,9 @@ r"""BERT: a bidirectional Transformer encoder (Devlin et al. 2019), built from t
 
 $$
 \begin{aligned}
-h_0 &= \mathrm{LN}(E[x] + P[\text{positions}] + S[\text{token types}]) \qquad \text{post-LN; pre-LN has no embedding LN} \\
-h_l &= \mathrm{LN}(h_{l-1} + \mathrm{Attn}(h_{l-1})), \quad h_l = \mathrm{LN}(h_l + \mathrm{FFN}(h_l))
-    \qquad \text{post-LN; pre-LN: } h + f(\mathrm{LN}(h)) \text{, a final LN} \\
+h_0 &= \mathrm{LN}(E[x] + P[\text{positions}] + S[\text{token types}]) \qquad \text{(pre-LN: no LN here)} \\
+h_l &= \mathrm{LN}(h_{l-1} + \mathrm{Attn}(h_{l-1})) \\
+h_l &= \mathrm{LN}(h_l + \mathrm{FFN}(h_l)) \qquad \text{post-LN; pre-LN: } h + f(\mathrm{LN}(h)) \text{, a final LN} \\
 p(x_t \mid x_{\ne t}) &= \mathrm{softmax}(E\, \mathrm{LN}(\mathrm{act}(W_t h_{L,t})) + b)
     \qquad \text{masked LM: the output matrix is } E \text{, tied}
 \end{aligned}

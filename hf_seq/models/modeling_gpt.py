@@ -3,8 +3,8 @@ r"""GPT: a decoder-only Transformer language model (Radford et al. 2018, 2019), 
 $$
 \begin{aligned}
 h_0 &= E[x] \;(+\, P[\text{positions}]) \\
-h_l &= h_{l-1} + \mathrm{Attn}(\mathrm{LN}(h_{l-1})), \quad h_l = h_l + \mathrm{FFN}(\mathrm{LN}(h_l))
-    \qquad \text{pre-LN (GPT-2); post-LN: } \mathrm{LN}(h + f(h)) \\
+h_l &= h_{l-1} + \mathrm{Attn}(\mathrm{LN}(h_{l-1})) \\
+h_l &= h_l + \mathrm{FFN}(\mathrm{LN}(h_l)) \qquad \text{pre-LN (GPT-2); post-LN: } \mathrm{LN}(h + f(h)) \\
 p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(\mathrm{LN}(h_L)\, E^\top) \qquad \text{tied input and output embeddings}
 \end{aligned}
 $$

@@ -5,11 +5,12 @@ LSTM (Hochreiter and Schmidhuber 1997) over token embeddings, built on the share
 $$
 \begin{aligned}
 h^0_t &= E[x_t] \qquad \text{embedding dropout} \\
-h^l_t &= \mathrm{cell}_l(h^{l-1}_t,\, h^l_{t-1}) \qquad \text{dropout between layers, none on the recurrent connections} \\
-p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(W_{out} P h^L_t + b)
-    \qquad W_{out} = E \text{ when tied; } P \text{ projects to the embedding size if needed}
+h^l_t &= \mathrm{cell}_l(h^{l-1}_t,\, h^l_{t-1}) \qquad \text{dropout between layers, not through time} \\
+p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(W_{out} P h^L_t + b) \qquad W_{out} = E \text{ when tied}
 \end{aligned}
 $$
+
+P projects the top layer's state to the embedding size where the two differ.
 
 A call returns the state after its last token (a `RecurrentState`, under `past_key_values`) and accepts it back:
 generation costs one step per token whatever the context length, and training can carry the state across batches

@@ -13,15 +13,18 @@ The S4D mixer is the block of the paper's reference code, with LayerNorm as Norm
 
 $$
 y = \mathrm{GELU}(\mathrm{SSM}(u)), \qquad \mathrm{Mixer}(u) = \mathrm{GLU}(W y + b)
-\quad (\text{or } W y + b \text{ with } \texttt{s4d\_output="linear"})
 $$
+
+(or W y + b with `s4d_output="linear"`)
 
 The Mamba mixer, with RMSNorm as Norm (transformers' `MambaMixer`, whose weights hf_seq.convert maps onto these by
 name):
 
 $$
-(x, z) = W_{in} u, \quad x = \mathrm{SiLU}(\mathrm{conv1d}(x)), \quad y = \mathrm{SelectiveSSM}(x),
-\quad \mathrm{Mixer}(u) = W_{out} (y \odot \mathrm{SiLU}(z))
+\begin{aligned}
+(x, z) &= W_{in} u, \quad x = \mathrm{SiLU}(\mathrm{conv1d}(x)), \quad y = \mathrm{SelectiveSSM}(x) \\
+\mathrm{Mixer}(u) &= W_{out} (y \odot \mathrm{SiLU}(z))
+\end{aligned}
 $$
 
 conv1d is causal and depthwise (one filter of `conv_kernel` taps per channel: models/convolution.py).

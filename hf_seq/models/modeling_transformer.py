@@ -6,10 +6,12 @@ The encoder (section 3.1) reads the source tokens x_1 .. x_S, the decoder the ta
 $$
 \begin{aligned}
 h_0 &= \sqrt{d}\, E[x] + PE \qquad \text{sections 3.4, 3.5} \\
-h &= \mathrm{LN}(h + \mathrm{SelfAttn}(h)), \quad h = \mathrm{LN}(h + \mathrm{FFN}(h)) \qquad \text{each encoder layer} \\
+h &= \mathrm{LN}(h + \mathrm{SelfAttn}(h)) \qquad \text{each encoder layer} \\
+h &= \mathrm{LN}(h + \mathrm{FFN}(h)) \\
 g_0 &= \sqrt{d}\, E[y] + PE \\
-g &= \mathrm{LN}(g + \mathrm{CausalSelfAttn}(g)), \quad g = \mathrm{LN}(g + \mathrm{CrossAttn}(g, h_N)),
-    \quad g = \mathrm{LN}(g + \mathrm{FFN}(g)) \qquad \text{each decoder layer} \\
+g &= \mathrm{LN}(g + \mathrm{CausalSelfAttn}(g)) \qquad \text{each decoder layer} \\
+g &= \mathrm{LN}(g + \mathrm{CrossAttn}(g, h_N)) \\
+g &= \mathrm{LN}(g + \mathrm{FFN}(g)) \\
 p(y_{t+1} \mid y_{\le t}, x) &= \mathrm{softmax}(g_N W_{out}) \qquad W_{out} = E^\top \text{ when tied (section 3.4)}
 \end{aligned}
 $$
