@@ -4,13 +4,13 @@ by learned word vectors and a small network, so that similar contexts share stat
 
 $$
 \begin{aligned}
-x &= (C(w_{t-1}), C(w_{t-2}), \dots, C(w_{t-n+1})) \qquad (n-1)\, m \text{ features} \\
+x &= (C(w_{t-1}), C(w_{t-2}), \dots, C(w_{t-n+1})) \\
 y &= b + W x + U \tanh(d + H x) \\
 P(w_t = i \mid w_{t-1}, \dots, w_{t-n+1}) &= \mathrm{softmax}(y)_i
 \end{aligned}
 $$
 
-C is the embedding table (m features a word); W = 0 without direct connections.
+C is the embedding table (m features a word, so x holds (n-1) m features); W = 0 without direct connections.
 
 Position t predicts token t+1 from the window ending at t; positions before the first token and padding read a
 zero vector. A call returns the last n-1 embeddings (a `WindowState`, under `past_key_values`) and accepts them back,
