@@ -214,11 +214,15 @@ def reference_tools():
 
 
 def landing_page():
-    """README.md with its links into docs/ made relative to the site, and its other repository links absolute to
-    the repository's files (the site ships copies of bench/results)."""
+    """README.md, its links into docs/ and bench/results/ made relative to the site (which ships copies of the
+    results), and its family table linked to the family pages."""
+    import hf_seq
+
     text = (ROOT / "README.md").read_text()
     text = re.sub(r"\]\(docs/", "](", text)
     text = re.sub(r"\]\(bench/results/", "](benchmarks/results/", text)
+    for fam in hf_seq.FAMILIES:  # the family table's model types lead to the family pages
+        text = text.replace(f"| `{fam.model_type}` |", f"| [`{fam.model_type}`](families/{fam.name}.md) |")
     return text
 
 

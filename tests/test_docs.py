@@ -29,6 +29,7 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-dev-shm-usage",  # containers often have a small /dev/shm
     "--remote-debugging-port=0",
 ]
 
