@@ -262,6 +262,33 @@ def test_pages_in_a_browser(site, served, browser):
         assert page_problems(browser, served + page, served) == [], page
 
 
+SEARCH = r"""
+(async () => {
+  const input = document.querySelector('input.md-search__input');
+  for (let attempt = 0; attempt < 100; attempt++) {  // the search index loads in a web worker
+    input.value = 'alignment';
+    input.dispatchEvent(new Event('input', {bubbles: true}));
+    await new Promise(done => setTimeout(done, 200));
+    const items = [...document.querySelectorAll('.md-search-result__item')];
+    if (items.length) return items.map(item => item.textContent.slice(0, 80));
+  }
+  return [];
+})()
+"""
+
+
+def test_search_works_offline(served, browser):
+    """The search box finds pages: its index and worker are files of the site."""
+    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    browser.send("Page.enable", session)
+    browser.send("Page.navigate", session, url=served + "index.html")
+    browser.wait_for("Page.loadEventFired", session)
+    found = browser.send("Runtime.evaluate", session, expression=SEARCH, awaitPromise=True, returnByValue=True)
+    browser.send("Target.closeTarget", targetId=target)
+    assert any("Bahdanau" in text or "alignment" in text for text in found["result"]["value"]), found
+
+
 def test_the_browser_check_fails_on_broken_maths_and_images(site, served, browser):
     """Break a copy of a family page three ways; the check must name each."""
     page = site / "families" / "bahdanau.html"
