@@ -155,7 +155,7 @@ def family_page(fam):
         f"in `hf_seq/models/modeling_{fam.name}.py`.",
         "## The paper and its equations",
         "The module docstring of the modeling file, as the code states it:",
-        f"::: hf_seq.models.modeling_{fam.name}\n    options:\n      show_root_heading: false\n      members: false",
+        f"::: hf_seq.models.modeling_{fam.name}\n    options:\n      show_root_heading: false\n      show_root_toc_entry: false\n      members: false",
     ]
     if figure:
         parts.append(f"![{caption}](../{figure})\n\n*{caption}.*")
