@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Family:
+    """One row of the table: a family's file pair, its `model_type`, its config class and, for each transformers
+    Auto class it supports, the model class that serves it. Adding a row registers the family with those Auto
+    classes, gives it a tester in the suite and a page on the documentation site."""
+
     name: str  # the file pair models/configuration_<name>.py, models/modeling_<name>.py
     model_type: str
     config: str

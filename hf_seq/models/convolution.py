@@ -1,6 +1,8 @@
-"""Causal 1-D convolution over time, with dilation and groups, run over a whole sequence or one step at a time.
+r"""Causal 1-D convolution over time, with dilation and groups, run over a whole sequence or one step at a time.
 
-    y_t = sum_{i<k} W_i x_{t - i d} + b        (x_s = 0 for s < 0: nothing before the first position)
+$$
+y_t = \sum_{i<k} W_i\, x_{t - i d} + b \qquad x_s = 0 \text{ for } s < 0 \text{: nothing before the first position}
+$$
 
 k is the kernel size, d the dilation: output t reads the k inputs t, t - d, ..., t - (k-1) d and nothing later, so a
 stack of such layers is causal, and its receptive field grows with the sum of the dilations (WaveNet, van den Oord

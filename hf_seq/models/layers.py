@@ -52,13 +52,17 @@ class FeedForward(nn.Module):
 
 
 class MixtureOfExperts(nn.Module):
-    """A sparse mixture of feed-forward experts (Shazeer et al. 2017; Mixtral's top-k routing, Jiang et al. 2024).
+    r"""A sparse mixture of feed-forward experts (Shazeer et al. 2017; Mixtral's top-k routing, Jiang et al. 2024).
     Each token x goes to the k experts its router ranks highest:
 
-        r = W_r x                                   router logits, one per expert (W_r: `gate`, no bias)
-        p = softmax(r),  S = top-k(p)               the k most probable experts
-        w_i = p_i / sum_{j in S} p_j   (i in S)     = softmax over the k chosen logits
-        y = sum_{i in S} w_i E_i(x)                 E_i: a FeedForward, the dense block's MLP
+    $$
+    \begin{aligned}
+    r &= W_r x \qquad \text{router logits, one per expert (} W_r \text{: the layer named gate, no bias)} \\
+    p &= \mathrm{softmax}(r), \quad S = \text{top-}k(p) \qquad \text{the } k \text{ most probable experts} \\
+    w_i &= \frac{p_i}{\sum_{j \in S} p_j} \quad (i \in S) \qquad \text{a softmax over the } k \text{ chosen logits} \\
+    y &= \textstyle\sum_{i \in S} w_i E_i(x) \qquad E_i \text{: a FeedForward, the dense block's MLP}
+    \end{aligned}
+    $$
 
     With k = 1 every weight is 1: the router then learns from the load-balancing loss alone (as in Mixtral).
     `forward` returns y and the router logits (tokens, experts), for that loss (`load_balancing_loss`).

@@ -1,17 +1,25 @@
-"""The RNN encoder-decoder with attention of Bahdanau, Cho and Bengio (2015), "Neural Machine Translation by Jointly
+r"""The RNN encoder-decoder with attention of Bahdanau, Cho and Bengio (2015), "Neural Machine Translation by Jointly
 Learning to Align and Translate" (RNNsearch), implemented from the paper's equations (section 3 and appendix A),
 on the shared recurrent layers (recurrent.py states the GRU and LSTM equations).
 
-Encoder (section 3.2), over source tokens x_1 .. x_S, each layer reading both ways:
-    ->h_j = f(->h_{j-1}, E_x x_j),   <-h_j = f(<-h_{j+1}, E_x x_j),   h_j = [->h_j; <-h_j]   (annotations, 2n)
-Decoder (section 3.1 and appendix A.2.2), over the target prefix y_0 (the start token) .. y_{T-1}:
-    s_0    = tanh(W_s <-h_1)                                   (the backward state at the first source word)
-    e_ij   = v_a^T tanh(W_a s_{i-1} + U_a h_j)                  (the alignment model; U_a h_j once per sentence)
-    alpha_ij = exp(e_ij) / sum_k exp(e_ik)                       (over the real source positions only)
-    c_i    = sum_j alpha_ij h_j                                  (the context vector)
-    s_i    = f(s_{i-1}, [E_y y_{i-1}; c_i])                      (a GRU or LSTM step; the context enters every gate)
-    t~_i   = U_o s_i + V_o E_y y_{i-1} + C_o c_i,   t_i = max(t~_{i,2k-1}, t~_{i,2k})   (deep output, maxout)
-    p(y_i | y_<i, x) = softmax(W_o t_i)
+The encoder (section 3.2) reads the source tokens x_1 .. x_S, each layer both ways; the decoder (section 3.1 and
+appendix A.2.2) the target prefix y_0 (the start token) .. y_{T-1}:
+
+$$
+\begin{aligned}
+\overrightarrow{h}_j &= f(\overrightarrow{h}_{j-1}, E_x x_j), \quad \overleftarrow{h}_j = f(\overleftarrow{h}_{j+1}, E_x x_j) \\
+h_j &= [\overrightarrow{h}_j; \overleftarrow{h}_j] \qquad \text{the annotations, } 2n \\
+s_0 &= \tanh(W_s \overleftarrow{h}_1) \qquad \text{the backward state at the first source word} \\
+e_{ij} &= v_a^\top \tanh(W_a s_{i-1} + U_a h_j) \qquad \text{the alignment model; } U_a h_j \text{ once per sentence} \\
+\alpha_{ij} &= \frac{\exp(e_{ij})}{\sum_k \exp(e_{ik})} \qquad \text{over the real source positions only} \\
+c_i &= \textstyle\sum_j \alpha_{ij} h_j \qquad \text{the context vector} \\
+s_i &= f(s_{i-1}, [E_y y_{i-1}; c_i]) \qquad \text{a GRU or LSTM step; the context enters every gate} \\
+\tilde t_i &= U_o s_i + V_o E_y y_{i-1} + C_o c_i \qquad \text{deep output} \\
+t_{i,k} &= \max(\tilde t_{i,2k-1}, \tilde t_{i,2k}) \qquad \text{maxout} \\
+p(y_i \mid y_{<i}, x) &= \mathrm{softmax}(W_o t_i)
+\end{aligned}
+$$
+
 The output reads s_i, as section 3.1 has it (g(y_{i-1}, s_i, c_i)); appendix A.2.2 writes s_{i-1}.
 `attention_type` swaps the score (Luong et al. 2015's `dot` s^T h_j and `general` s^T W_a h_j), or removes the
 alignment (`none`): c_i = c = [->h_S; <-h_1] for every i, the fixed-size summary of the RNN encoder-decoder of Cho
@@ -22,13 +30,17 @@ Stacked layers (`num_hidden_layers` > 1, not in the paper): the encoder's annota
 initialises every decoder layer, and the score and the deep output read the top decoder layer.
 
 The classic encoder-decoder (Sutskever et al. 2014; Cho et al. 2014) changes single equations (config flags):
-    encoder_bidirectional=False   h_j = ->h_j                                      (annotations of size n)
-    reverse_source=True           the encoder reads x_S .. x_1; h_j stays indexed by source position j
-    bridge="final_state"          s_0^l = h^l_final (and c_0^l = c^l_final): each encoder layer's last state
-    bridge="linear"               s_0^l = W_b^l h^l_final + b^l  (c_0^l = W_c^l c^l_final + b_c^l)
-    bridge="zeros"                s_0 = 0
-    decoder_input="embedding"     s_i = f(s_{i-1}, E_y y_{i-1})
-    output_layer="linear"         p(y_i | y_<i, x) = softmax(W_o s_i + b_o)
+
+| flag | what it changes |
+|---|---|
+| `encoder_bidirectional=False` | \(h_j = \overrightarrow{h}_j\) (annotations of size n) |
+| `reverse_source=True` | the encoder reads x_S .. x_1; h_j stays indexed by source position j |
+| `bridge="final_state"` | \(s_0^l = h^l_{final}\) (and \(c_0^l = c^l_{final}\)): each encoder layer's last state |
+| `bridge="linear"` | \(s_0^l = W_b^l h^l_{final} + b^l\) (\(c_0^l = W_c^l c^l_{final} + b_c^l\)) |
+| `bridge="zeros"` | \(s_0 = 0\) |
+| `decoder_input="embedding"` | \(s_i = f(s_{i-1}, E_y y_{i-1})\) |
+| `output_layer="linear"` | \(p(y_i \mid y_{<i}, x) = \mathrm{softmax}(W_o s_i + b_o)\) |
+
 Without attention nothing the decoder reads depends on its own previous state, so its layers run over the whole
 target in one fused call (cuDNN / oneDNN) instead of one step per token.
 

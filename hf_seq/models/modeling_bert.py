@@ -1,8 +1,14 @@
-"""BERT: a bidirectional Transformer encoder (Devlin et al. 2019), built from the shared layers.
+r"""BERT: a bidirectional Transformer encoder (Devlin et al. 2019), built from the shared layers.
 
-h_0 = LN(E[x] + P[positions] + S[token types])                      (post-LN; pre-LN has no embedding LN)
-h_l = LN(h_{l-1} + Attn(h_{l-1}));  h_l = LN(h_l + FFN(h_l))        (post-LN; pre-LN: h + f(LN(h)), final LN)
-p(x_t | x_{≠t}) = softmax(E LN(act(W_t h_{L,t})) + b)             (masked LM: the output matrix is E, tied)
+$$
+\begin{aligned}
+h_0 &= \mathrm{LN}(E[x] + P[\text{positions}] + S[\text{token types}]) \qquad \text{(pre-LN: no LN here)} \\
+h_l &= \mathrm{LN}(h_{l-1} + \mathrm{Attn}(h_{l-1})) \\
+h_l &= \mathrm{LN}(h_l + \mathrm{FFN}(h_l)) \qquad \text{post-LN; pre-LN: } h + f(\mathrm{LN}(h)) \text{, a final LN} \\
+p(x_t \mid x_{\ne t}) &= \mathrm{softmax}(E\, \mathrm{LN}(\mathrm{act}(W_t h_{L,t})) + b)
+    \qquad \text{masked LM: the output matrix is } E \text{, tied}
+\end{aligned}
+$$
 
 Every token attends to every other real token (no causal mask): that is what lets a masked token be predicted from
 both sides, and why the model encodes rather than generates.

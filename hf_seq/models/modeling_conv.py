@@ -1,12 +1,16 @@
-"""A language model made of causal dilated convolutions: the stack of WaveNet (van den Oord et al. 2016, "WaveNet: A
+r"""A language model made of causal dilated convolutions: the stack of WaveNet (van den Oord et al. 2016, "WaveNet: A
 Generative Model for Raw Audio"), reading token embeddings where WaveNet reads audio samples.
 
 Layer l, dilation d_l (1, 2, 4, ..., doubling within a cycle), kernel k (WaveNet: 2), input x_l (B, T, C):
 
-    z_l = tanh(W_f,l * x_l) ⊙ σ(W_g,l * x_l)        * : causal convolution, k taps spaced d_l apart
-    x_{l+1} = x_l + R_l z_l                           R_l, S_l: 1x1 convolutions (position-wise linear maps)
-    s_l = S_l z_l
-    logits = U ReLU(P ReLU(sum_l s_l)) + b
+$$
+\begin{aligned}
+z_l &= \tanh(W_{f,l} * x_l) \odot \sigma(W_{g,l} * x_l) \qquad *\text{: causal convolution, } k \text{ taps spaced } d_l \text{ apart} \\
+x_{l+1} &= x_l + R_l z_l \qquad R_l, S_l\text{: } 1 \times 1 \text{ convolutions (position-wise linear maps)} \\
+s_l &= S_l z_l \\
+\text{logits} &= U\, \mathrm{ReLU}(P\, \mathrm{ReLU}(\textstyle\sum_l s_l)) + b
+\end{aligned}
+$$
 
 The stack sees R = (k - 1) * sum_l d_l + 1 tokens (`config.receptive_field`) and no more. Padding reads as zeros at
 every layer's input, as positions before the first token do, so a padded row computes what it computes alone.

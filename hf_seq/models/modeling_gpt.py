@@ -1,8 +1,13 @@
-"""GPT: a decoder-only Transformer language model (Radford et al. 2018, 2019), built from the shared layers.
+r"""GPT: a decoder-only Transformer language model (Radford et al. 2018, 2019), built from the shared layers.
 
-h_0 = E[x] (+ P[positions])
-h_l = h_{l-1} + Attn(LN(h_{l-1}));  h_l = h_l + FFN(LN(h_l))      (pre-LN, GPT-2; post-LN: LN(h + f(h)))
-p(x_{t+1} | x_{<=t}) = softmax(LN(h_L) E^T)                           (tied input/output embeddings)
+$$
+\begin{aligned}
+h_0 &= E[x] \;(+\, P[\text{positions}]) \\
+h_l &= h_{l-1} + \mathrm{Attn}(\mathrm{LN}(h_{l-1})) \\
+h_l &= h_l + \mathrm{FFN}(\mathrm{LN}(h_l)) \qquad \text{pre-LN (GPT-2); post-LN: } \mathrm{LN}(h + f(h)) \\
+p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(\mathrm{LN}(h_L)\, E^\top) \qquad \text{tied input and output embeddings}
+\end{aligned}
+$$
 
 With `num_local_experts` set, FFN is a mixture of experts (layers.MixtureOfExperts: each token through its top-k
 experts) and the LM loss gains `router_aux_loss_coef` times the load-balancing loss (layers.load_balancing_loss).

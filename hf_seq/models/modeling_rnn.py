@@ -1,10 +1,16 @@
-"""Recurrent language models and classifiers: Elman (1990), the gated Elman network, GRU (Cho et al. 2014) and
+r"""Recurrent language models and classifiers: Elman (1990), the gated Elman network, GRU (Cho et al. 2014) and
 LSTM (Hochreiter and Schmidhuber 1997) over token embeddings, built on the shared recurrent layers
 (recurrent.py states each cell's equations).
 
-h^0_t = E[x_t]                                   (embedding dropout)
-h^l_t = cell_l(h^{l-1}_t, h^l_{t-1})             (dropout between layers, none on the recurrent connections)
-p(x_{t+1} | x_{<=t}) = softmax(W_out P h^L_t + b)  (W_out = E when tied; P projects to the embedding size if needed)
+$$
+\begin{aligned}
+h^0_t &= E[x_t] \qquad \text{embedding dropout} \\
+h^l_t &= \mathrm{cell}_l(h^{l-1}_t,\, h^l_{t-1}) \qquad \text{dropout between layers, not through time} \\
+p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(W_{out} P h^L_t + b) \qquad W_{out} = E \text{ when tied}
+\end{aligned}
+$$
+
+P projects the top layer's state to the embedding size where the two differ.
 
 A call returns the state after its last token (a `RecurrentState`, under `past_key_values`) and accepts it back:
 generation costs one step per token whatever the context length, and training can carry the state across batches

@@ -1,18 +1,31 @@
-"""State-space language models: S4D (Gu, Gupta, Goel and Re 2022) and Mamba (Gu and Dao 2023) blocks over token
+r"""State-space language models: S4D (Gu, Gupta, Goel and Re 2022) and Mamba (Gu and Dao 2023) blocks over token
 embeddings, chosen by `SSMConfig.ssm_type`. models/scan.py states the SSM equations and computes them.
 
-h_0 = E[x]
-h_l = h_{l-1} + Dropout(Mixer_l(Norm(h_{l-1})))      (pre-norm residual blocks)
-p(x_{t+1} | x_{<=t}) = softmax(Norm(h_L) E^T)         (tied input and output embeddings)
+$$
+\begin{aligned}
+h_0 &= E[x] \\
+h_l &= h_{l-1} + \mathrm{Dropout}(\mathrm{Mixer}_l(\mathrm{Norm}(h_{l-1}))) \qquad \text{pre-norm residual blocks} \\
+p(x_{t+1} \mid x_{\le t}) &= \mathrm{softmax}(\mathrm{Norm}(h_L)\, E^\top) \qquad \text{tied input and output embeddings}
+\end{aligned}
+$$
 
 The S4D mixer is the block of the paper's reference code, with LayerNorm as Norm:
 
-    y = GELU(SSM(u)),   Mixer(u) = GLU(W y + b)   (or W y + b with s4d_output="linear")
+$$
+y = \mathrm{GELU}(\mathrm{SSM}(u)), \qquad \mathrm{Mixer}(u) = \mathrm{GLU}(W y + b)
+$$
+
+(or W y + b with `s4d_output="linear"`)
 
 The Mamba mixer, with RMSNorm as Norm (transformers' `MambaMixer`, whose weights hf_seq.convert maps onto these by
 name):
 
-    (x, z) = W_in u,   x = SiLU(conv1d(x)),   y = SelectiveSSM(x),   Mixer(u) = W_out (y * SiLU(z))
+$$
+\begin{aligned}
+(x, z) &= W_{in} u, \quad x = \mathrm{SiLU}(\mathrm{conv1d}(x)), \quad y = \mathrm{SelectiveSSM}(x) \\
+\mathrm{Mixer}(u) &= W_{out} (y \odot \mathrm{SiLU}(z))
+\end{aligned}
+$$
 
 conv1d is causal and depthwise (one filter of `conv_kernel` taps per channel: models/convolution.py).
 

@@ -1,12 +1,21 @@
-"""The encoder-decoder Transformer (Vaswani et al. 2017, "Attention Is All You Need"), built from the shared layers.
+r"""The encoder-decoder Transformer (Vaswani et al. 2017, "Attention Is All You Need"), built from the shared layers.
 
-Encoder (section 3.1), over source tokens x_1 .. x_S:
-    h_0 = sqrt(d) E[x] + PE                                           (sections 3.4, 3.5)
-    h = LN(h + SelfAttn(h));  h = LN(h + FFN(h))                      (post-LN, each of N layers)
-Decoder, over the target prefix y_0 (the start token) .. y_{T-1}:
-    g_0 = sqrt(d) E[y] + PE
-    g = LN(g + CausalSelfAttn(g));  g = LN(g + CrossAttn(g, h_N));  g = LN(g + FFN(g))
-    p(y_{t+1} | y_<=t, x) = softmax(g_N W_out),  W_out = E^T when tied (section 3.4)
+The encoder (section 3.1) reads the source tokens x_1 .. x_S, the decoder the target prefix y_0 (the start token)
+.. y_{T-1}; each of the N layers of a stack applies its sub-layers in turn (post-LN):
+
+$$
+\begin{aligned}
+h_0 &= \sqrt{d}\, E[x] + PE \qquad \text{sections 3.4, 3.5} \\
+h &= \mathrm{LN}(h + \mathrm{SelfAttn}(h)) \qquad \text{each encoder layer} \\
+h &= \mathrm{LN}(h + \mathrm{FFN}(h)) \\
+g_0 &= \sqrt{d}\, E[y] + PE \\
+g &= \mathrm{LN}(g + \mathrm{CausalSelfAttn}(g)) \qquad \text{each decoder layer} \\
+g &= \mathrm{LN}(g + \mathrm{CrossAttn}(g, h_N)) \\
+g &= \mathrm{LN}(g + \mathrm{FFN}(g)) \\
+p(y_{t+1} \mid y_{\le t}, x) &= \mathrm{softmax}(g_N W_{out}) \qquad W_{out} = E^\top \text{ when tied (section 3.4)}
+\end{aligned}
+$$
+
 Pre-LN (an option) computes x + Sublayer(LN(x)) instead and normalises each stack's output once more.
 
 In generation the decoder's self-attention keys/values are cached step by step and the cross-attention keys/values

@@ -1,10 +1,16 @@
-"""The fixed-window neural language model of Bengio, Ducharme, Vincent and Jauvin (2003), "A Neural Probabilistic
+r"""The fixed-window neural language model of Bengio, Ducharme, Vincent and Jauvin (2003), "A Neural Probabilistic
 Language Model": the n-gram's Markov assumption (only the previous n-1 words count) with the count table replaced
 by learned word vectors and a small network, so that similar contexts share statistics.
 
-x = (C(w_{t-1}), C(w_{t-2}), ..., C(w_{t-n+1}))     C: the embedding table, x: (n-1) * m features
-y = b + W x + U tanh(d + H x)                        (W = 0 without direct connections)
-P(w_t = i | w_{t-1}, ..., w_{t-n+1}) = softmax(y)_i
+$$
+\begin{aligned}
+x &= (C(w_{t-1}), C(w_{t-2}), \dots, C(w_{t-n+1})) \\
+y &= b + W x + U \tanh(d + H x) \\
+P(w_t = i \mid w_{t-1}, \dots, w_{t-n+1}) &= \mathrm{softmax}(y)_i
+\end{aligned}
+$$
+
+C is the embedding table (m features a word, so x holds (n-1) m features); W = 0 without direct connections.
 
 Position t predicts token t+1 from the window ending at t; positions before the first token and padding read a
 zero vector. A call returns the last n-1 embeddings (a `WindowState`, under `past_key_values`) and accepts them back,

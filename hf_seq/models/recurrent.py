@@ -1,19 +1,40 @@
-"""Recurrent layers shared by the recurrent families (the RNN language models and the RNN encoder-decoder).
+r"""Recurrent layers shared by the recurrent families (the RNN language models and the RNN encoder-decoder).
 
-Four cells; x_t is the input at step t, h_t the state, sigm the logistic function, * the elementwise product:
+Four cells; x_t is the input at step t, h_t the state, σ the logistic function, ⊙ the elementwise product.
 
-- `elman` (Elman 1990, "Finding structure in time"): h_t = f(W_xh x_t + W_hh h_{t-1} + b), f = tanh or relu.
-  nn.RNN keeps two bias vectors; b = b_ih + b_hh.
-- `gated`, the gated Elman network: an update gate decides how much of the old state each unit keeps,
-      z_t = sigm(W_xz x_t + W_hz h_{t-1} + b_z)
-      h_t = z_t * h_{t-1} + (1 - z_t) * relu(W_xh x_t + W_hh h_{t-1} + b_h)
-- `gru` (Cho et al. 2014, eqs. 5-8), as cuDNN and nn.GRU compute it, with the reset gate applied after the
-  recurrent product:
-      r_t = sigm(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr),   z_t = sigm(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
-      n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn)),   h_t = (1 - z_t) * n_t + z_t * h_{t-1}
-- `lstm` (Hochreiter and Schmidhuber 1997, with the forget gate of Gers et al. 2000):
-      i_t, f_t, o_t = sigm(W_x. x_t + W_h. h_{t-1} + b_.),   g_t = tanh(W_xg x_t + W_hg h_{t-1} + b_g)
-      c_t = f_t * c_{t-1} + i_t * g_t,   h_t = o_t * tanh(c_t)
+`elman` (Elman 1990, "Finding structure in time"), f = tanh or relu (nn.RNN keeps two bias vectors; b = b_ih + b_hh):
+
+$$
+h_t = f(W_{xh} x_t + W_{hh} h_{t-1} + b)
+$$
+
+`gated`, the gated Elman network: an update gate decides how much of the old state each unit keeps:
+
+$$
+\begin{aligned}
+z_t &= \sigma(W_{xz} x_t + W_{hz} h_{t-1} + b_z) \\
+h_t &= z_t \odot h_{t-1} + (1 - z_t) \odot \mathrm{relu}(W_{xh} x_t + W_{hh} h_{t-1} + b_h)
+\end{aligned}
+$$
+
+`gru` (Cho et al. 2014, eqs. 5-8), as cuDNN and nn.GRU compute it, with the reset gate applied after the recurrent
+product:
+
+$$
+\begin{aligned}
+r_t &= \sigma(W_{ir} x_t + b_{ir} + W_{hr} h_{t-1} + b_{hr}), \quad z_t = \sigma(W_{iz} x_t + b_{iz} + W_{hz} h_{t-1} + b_{hz}) \\
+n_t &= \tanh(W_{in} x_t + b_{in} + r_t \odot (W_{hn} h_{t-1} + b_{hn})), \quad h_t = (1 - z_t) \odot n_t + z_t \odot h_{t-1}
+\end{aligned}
+$$
+
+`lstm` (Hochreiter and Schmidhuber 1997, with the forget gate of Gers et al. 2000):
+
+$$
+\begin{aligned}
+i_t, f_t, o_t &= \sigma(W_{x\cdot} x_t + W_{h\cdot} h_{t-1} + b_\cdot), \quad g_t = \tanh(W_{xg} x_t + W_{hg} h_{t-1} + b_g) \\
+c_t &= f_t \odot c_{t-1} + i_t \odot g_t, \quad h_t = o_t \odot \tanh(c_t)
+\end{aligned}
+$$
 
 `elman`, `gru` and `lstm` run PyTorch's fused kernels (cuDNN on GPU; ATen, oneDNN for the LSTM, on CPU) through
 nn.RNN, nn.GRU and nn.LSTM: a whole sequence per call, never a Python loop per step (a single step on CPU goes

@@ -1,25 +1,35 @@
-"""The computations of the state-space layers: S4D's discretisation, convolution kernel and recurrence, and Mamba's
+r"""The computations of the state-space layers: S4D's discretisation, convolution kernel and recurrence, and Mamba's
 selective scan. Each layer has a sequence mode (for training and prompts) and a one-token mode (for generation);
 both compute the same function (tests/test_ssm.py compares them).
 
 A state-space model maps an input signal u(t) to an output y(t) through a state x(t) of N numbers per channel:
 
-    x'(t) = A x(t) + B u(t)
-    y(t)  = C x(t) + D u(t)
+$$
+\begin{aligned}
+x'(t) &= A x(t) + B u(t) \\
+y(t) &= C x(t) + D u(t)
+\end{aligned}
+$$
 
 Each of the H channels has its own diagonal A (N values), B and C (N values each) and a skip weight D. Sampled with
 a step size Delta under the zero-order hold (u held constant over each step), the system becomes a recurrence over
 the tokens:
 
-    A_bar = exp(Delta A)
-    B_bar = (A_bar - I) A^{-1} B
-    x_k = A_bar x_{k-1} + B_bar u_k
-    y_k = C x_k + D u_k
+$$
+\begin{aligned}
+\bar A &= \exp(\Delta A), \quad \bar B = (\bar A - I) A^{-1} B \\
+x_k &= \bar A x_{k-1} + \bar B u_k \\
+y_k &= C x_k + D u_k
+\end{aligned}
+$$
 
 **S4D** (Gu, Gupta, Goel and Re 2022) is linear and time-invariant: A, B, C, D and Delta do not depend on the input.
 Unrolled from x_{-1} = 0, the recurrence is a causal convolution y = K * u + D u with the kernel
 
-    K = (C B_bar, C A_bar B_bar, C A_bar^2 B_bar, ..., C A_bar^{L-1} B_bar),   K_l = sum_n C_n B_bar_n A_bar_n^l
+$$
+K = (C \bar B, C \bar A \bar B, C \bar A^2 \bar B, \dots, C \bar A^{L-1} \bar B), \qquad
+K_l = \sum_n C_n \bar B_n \bar A_n^l
+$$
 
 a Vandermonde product (the powers A_bar_n^l = exp(l Delta A_n)). Training applies K by FFT, both signals zero-padded to
 2L so that the circular convolution is the causal one: O(L log L) for L tokens. Generation runs the recurrence, O(N)
@@ -29,17 +39,24 @@ and y_k = 2 Re(C x_k) + D u_k; S4D-Real keeps N real modes and y_k = C x_k + D u
 **Mamba** (Gu and Dao 2023) makes the SSM selective: Delta, B and C are functions of the input at each step, so the
 model chooses what to write into its state and what to forget:
 
-    Delta_k = softplus(W_Delta (W_r u_k) + b_Delta)      (a low-rank projection: W_r to rank R, W_Delta back to E)
-    B_k = W_B u_k,   C_k = W_C u_k                          (N values each, shared by the E channels)
-    x_k = exp(Delta_k A) x_{k-1} + Delta_k B_k u_k          (B discretised by Euler, as the paper's implementation)
-    y_k = C_k x_k + D u_k
+$$
+\begin{aligned}
+\Delta_k &= \mathrm{softplus}(W_\Delta (W_r u_k) + b_\Delta)
+    \qquad \text{a low-rank projection: } W_r \text{ to rank } R,\ W_\Delta \text{ back to } E \\
+B_k &= W_B u_k, \quad C_k = W_C u_k \qquad N \text{ values each, shared by the } E \text{ channels} \\
+x_k &= \exp(\Delta_k A)\, x_{k-1} + \Delta_k B_k u_k \qquad B \text{ discretised by Euler, as the paper's implementation} \\
+y_k &= C_k x_k + D u_k
+\end{aligned}
+$$
 
 with A = -exp(A_log) real, of shape (E, N): every channel e has its own N decay rates (S4D-Real initialisation,
 A_n = -(n+1)). No fixed kernel exists any more (it would change with every token), so training computes the scan in
 chunks of T_c steps. Within a chunk, with a_r = Delta_r A (the logarithm of A_bar_r, elementwise over (e, n)), its
 running sum c_t = sum_{r<=t} a_r from the chunk's start, b_s = Delta_s B_s u_s and x_0 the state entering the chunk:
 
-    x_t = exp(c_t) x_0 + sum_{s<=t} exp(c_t - c_s) b_s = exp(c_t) (x_0 + sum_{s<=t} exp(-c_s) b_s)
+$$
+x_t = e^{c_t} x_0 + \sum_{s \le t} e^{c_t - c_s} b_s = e^{c_t} \Big(x_0 + \sum_{s \le t} e^{-c_s} b_s\Big)
+$$
 
 all T_c steps at once, by one cumulative sum: O(T_c) work per (channel, mode), as the recurrence itself. exp(-c_s)
 grows along a chunk, so a chunk is at most 4 steps, each step's decay is floored at exp(-20) (a state that decays
@@ -50,8 +67,11 @@ steps.
 
 The gradient runs the same recurrence backwards (`SelectiveScan.backward`): with g_t = dLoss/dx_t,
 
-    g_t = C_t dLoss/dy_t + exp(a_{t+1}) g_{t+1}
-    dLoss/db_t = g_t,    dLoss/da_t = g_t (x_t - b_t),    dLoss/dC_t = sum_e dLoss/dy_t x_t
+$$
+g_t = C_t \frac{\partial L}{\partial y_t} + e^{a_{t+1}} g_{t+1}, \qquad
+\frac{\partial L}{\partial b_t} = g_t, \quad \frac{\partial L}{\partial a_t} = g_t (x_t - b_t), \quad
+\frac{\partial L}{\partial C_t} = \sum_e \frac{\partial L}{\partial y_t} x_t
+$$
 
 so the backward pass keeps only the scan's inputs and recomputes the states, instead of every intermediate tensor.
 
