@@ -325,8 +325,10 @@ BRACKETS = {"(": ")", "[": "]", "{": "}"}
 
 def parentheses_classification(num_examples: int = 4000, seed: int = 0, min_length: int = 4, max_length: int = 24):
     """The balanced colored-parentheses task: is a string of ( ) [ ] { } well nested? Half the examples are
-    balanced; the other half are balanced strings with one bracket replaced, so length and bracket counts alone do
-    not give the answer. A classic probe of what a sequence model can count and remember.
+    balanced; the other half are balanced strings with one bracket replaced, so length alone does not give the
+    answer. The replaced bracket always leaves some bracket type with unequal opening and closing counts, so counting
+    each type does: a model can solve this set without tracking the nesting order (a classifier that calls
+    `( [ ) ] { }` balanced can still score 1.0 on it).
     Returns [{"text": "( [ ] ) { }", "label": 1}, ...] (brackets separated by spaces)."""
     import random
 

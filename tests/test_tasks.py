@@ -289,3 +289,15 @@ def test_the_recipe_sets_a_scheduled_sampling_decay(tmp_path):
         load_recipe({"family": "gpt", "training": {"scheduled_sampling": decay}})
     with pytest.raises(RecipeError, match="k <= 1"):
         load_recipe({"family": "bahdanau", "training": {"scheduled_sampling": {"decay": "linear", "k": 2.0}}})
+
+
+def test_parentheses_counts_decide_every_example():
+    """What the data's docstring says: each unbalanced string has a bracket type whose opening and closing counts
+    differ, so counting alone separates the classes (the task does not test nesting order)."""
+    from hf_seq.data import parentheses_classification
+
+    rows = parentheses_classification(num_examples=400)
+    for row in rows:
+        brackets = row["text"].split()
+        counts_equal = all(brackets.count(o) == brackets.count(c) for o, c in ("()", "[]", "{}"))
+        assert counts_equal == bool(row["label"]), row

@@ -5,8 +5,8 @@ count and match with a fixed number of layers.
 
 Elman, gated Elman, GRU, LSTM and GPT classifiers of about the same number of weights are trained on strings of up
 to `train_length` brackets (`hf_seq.data.parentheses_classification`: half balanced, half with one bracket replaced,
-so counts alone do not answer) and tested on fresh strings up to `test_length`: accuracy against length, and
-against nesting depth (the deepest point of the string's stack).
+so length alone does not answer; counting each bracket type does) and tested on fresh strings up to
+`test_length`: accuracy against length, and against nesting depth (the deepest point of the string's stack).
 """
 
 import random
