@@ -297,9 +297,16 @@ def plot_curves(records: list[dict], path: Path, title: str) -> None:
             continue
         style = "s--" if record["name"] == "ngram" else "o-"
         ax.plot(*zip(*points), style, ms=3, lw=1.5, label=record["title"])
+    save_log_plot(fig, ax, "training tokens", "held-out bits per byte (validation)", title, path)
+
+
+def save_log_plot(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+    """The lineage's plots: a log x axis, a grid, the legend, saved at 120 dpi."""
+    import matplotlib.pyplot as plt
+
     ax.set_xscale("log")
-    ax.set_xlabel("training tokens")
-    ax.set_ylabel("held-out bits per byte (validation)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
@@ -326,15 +333,7 @@ def plot_scaling(summary: list[dict], metric: str, path: Path, title: str) -> No
         y = [r["mean"] for r in rows]
         spread = [[r["mean"] - r["min"] for r in rows], [r["max"] - r["mean"] for r in rows]]
         ax.errorbar(x, y, yerr=spread, fmt="o-", ms=4, lw=1.5, capsize=3, label=rows[0]["title"])
-    ax.set_xscale("log")
-    ax.set_xlabel("non-embedding parameters")
-    ax.set_ylabel(f"{metric.replace('_', ' ')}")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_log_plot(fig, ax, "non-embedding parameters", metric.replace("_", " "), title, path)
 
 
 def summarize(records: list[dict], metric: str) -> list[dict]:
