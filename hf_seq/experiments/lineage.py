@@ -663,6 +663,22 @@ def fit_ngram(context, train_stream, vocab_size, budget_tokens, folder: Path) ->
     return record
 
 
+def finished_run(folder: Path, recipe) -> dict | None:
+    """The summary of a run already finished in `folder` with exactly this recipe (its weights checked against
+    their recorded checksums), else None: a study stopped part-way and started again with the same command trains
+    only what it had not finished."""
+    from hf_seq.checksums import verify_checksums
+
+    done = [folder / name for name in ("recipe.json", "metrics.json", "model.safetensors", "checksums.json")]
+    if not all(path.exists() for path in done) or json.loads(done[0].read_text()) != recipe.to_dict():
+        return None
+    try:
+        verify_checksums(folder)
+    except Exception:  # noqa: BLE001  (damaged: train it again)
+        return None
+    return json.loads(done[1].read_text())
+
+
 def with_prefix(metrics: dict, prefix: str) -> dict:
     """`eval_loss` ... as `validation_loss` / `test_loss` ...: the record's names for each split."""
     return {f"{prefix}_{k}": metrics[f"eval_{k}"] for k in ("loss", "perplexity", "bits_per_byte")}
@@ -697,7 +713,12 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
         "select_by": "loss",
     }
     member_recipe["card"] = {"description": f"The {TITLES[name]} member of the hf-seq lineage study."}
-    summary = train(load_recipe(member_recipe), progress=context["progress"], overwrite=True)
+    recipe = load_recipe(member_recipe)
+    summary = finished_run(folder, recipe)
+    if summary is None:
+        summary = train(recipe, progress=context["progress"], overwrite=True)
+    elif context["progress"]:
+        print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
     got = {
         "eval_loss": summary["eval_loss"],
         "eval_bits_per_byte": summary["eval_bits_per_byte"],
