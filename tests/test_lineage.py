@@ -175,3 +175,19 @@ def test_sizes_parse_with_their_suffixes():
     from hf_seq.cli import parse_sizes
 
     assert parse_sizes("0.4M,1.6M,400K,1000") == [400_000, 1_600_000, 400_000, 1000]
+
+
+def test_the_same_command_again_reuses_the_finished_runs(study, capsys):
+    """A study stopped part-way is started again with the same command: finished runs (trials too) are reused, not
+    trained again, and give the same figures."""
+    out, result = study
+    kwargs = json.loads((out / "lineage.json").read_text())
+    again = lineage.run(
+        quick=True, output_dir=out, corpus=str(out.parent / "train.txt"), validation=str(out.parent / "valid.txt"),
+        test=str(out.parent / "test.txt"), members=("ngram", "gpt", "lstm"), sizes=[3000, 6000], seeds=2, tune=2,
+        budget_flops=FLOPS, progress=True,
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert printed.count("reused") == 2 * 2 * (2 + 2) and "training:" not in printed
+    assert [r["test_bits_per_byte"] for r in again["members"]] == [r["test_bits_per_byte"] for r in result["members"]]
+    assert kwargs["summary"] == again["summary"]
