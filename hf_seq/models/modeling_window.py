@@ -34,8 +34,7 @@ from .utils import (
     StatefulCausalLMHead,
     cache_argument,
     cache_field,
-    check_attention_mask,
-    check_input_ids,
+    stateful_inputs,
 )
 
 
@@ -114,19 +113,16 @@ class WindowModel(WindowPreTrainedModel):
         `past_key_values`: the state a previous call returned (None: the sequence starts here)."""
         past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("WindowModel: pass exactly one of input_ids or inputs_embeds.")
-        if past_key_values is not None and not isinstance(past_key_values, WindowState):
-            raise TypeError(
-                f"WindowModel: past_key_values must be the WindowState a previous call returned, not "
-                f"{type(past_key_values).__name__} (a fixed-window model keeps no key/value cache)."
-            )
-        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds, past_length = stateful_inputs(
+            self,
+            input_ids,
+            inputs_embeds,
+            past_key_values,
+            attention_mask,
+            WindowState,
+            "a fixed-window model keeps no key/value cache",
+        )
         batch_size, seq_len, width = inputs_embeds.shape
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        check_attention_mask(attention_mask, batch_size, past_length + seq_len)
         if attention_mask is not None and attention_mask.dim() != 2:
             raise ValueError("WindowModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
         if attention_mask is not None:

@@ -60,6 +60,27 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, t
         )
 
 
+def stateful_inputs(model, input_ids, inputs_embeds, past_key_values, attention_mask, state_class, keeps: str):
+    """The checks at the top of a stateful backbone's forward (RNN, fixed window, WaveNet, SSM), then the embedded
+    inputs and the length already seen: exactly one of input_ids / inputs_embeds, ids inside the vocabulary, a
+    `past_key_values` of the family's own state class (`keeps`: what it holds instead of keys and values), and an
+    attention mask that covers past and new tokens."""
+    name = type(model).__name__
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"{name}: pass exactly one of input_ids or inputs_embeds.")
+    if past_key_values is not None and not isinstance(past_key_values, state_class):
+        raise TypeError(
+            f"{name}: past_key_values must be the {state_class.__name__} a previous call returned, not "
+            f"{type(past_key_values).__name__} ({keeps})."
+        )
+    check_input_ids(input_ids, inputs_embeds, model.embed_tokens.num_embeddings)
+    if inputs_embeds is None:
+        inputs_embeds = model.embed_tokens(input_ids)
+    past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+    check_attention_mask(attention_mask, inputs_embeds.shape[0], past_length + inputs_embeds.shape[1])
+    return inputs_embeds, past_length
+
+
 def check_input_ids(
     input_ids: torch.Tensor | None,
     inputs_embeds: torch.Tensor | None,
