@@ -6,11 +6,7 @@ trains, resume after `kill -9` to the weights of the uninterrupted sharded run, 
 that `from_pretrained` loads."""
 
 import json
-import os
-import signal
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +14,7 @@ from safetensors.torch import load_file
 
 from hf_seq import sharding
 from hf_seq.errors import InvalidValueError
-from tests.test_training import ROOT, _free_port, _train, _weights
+from tests.test_training import ROOT, _free_port, _train, _weights, kill_after_first_checkpoint
 
 NO_DROPOUT = ["model.embedding_dropout=0.0", "model.hidden_dropout=0.0"]
 
@@ -28,23 +24,6 @@ def fsdp_launcher(config=ROOT / "recipes" / "accelerate" / "fsdp.yaml"):
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
         "--main_process_port", str(_free_port()), "-m", "hf_seq.cli",
     )  # fmt: skip
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (torch's launcher starts its workers in sessions of their own)."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
 
 
 def finish(process) -> str:
@@ -108,14 +87,7 @@ def test_a_killed_sharded_run_resumes_to_the_uninterrupted_weights(tmp_path):
     finish(_train(tmp_path, tmp_path / "whole", held_out, launcher=fsdp_launcher()))
 
     victim = _train(tmp_path, tmp_path / "killed", [*held_out, "training.eval_every=1"], launcher=fsdp_launcher())
-    checkpoints = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 300
-    while not list(checkpoints.glob("checkpoint-*/state.json")) and time.time() < deadline:
-        time.sleep(0.05)
-    for pid in [victim.pid, *descendants(victim.pid)]:  # the launcher and its workers, as a scheduler kills a job
-        os.kill(pid, signal.SIGKILL)
-    victim.communicate()
-    assert not (tmp_path / "killed" / "model.safetensors").exists()
+    kill_after_first_checkpoint(victim, tmp_path / "killed", tree=True)  # the launcher and its workers
 
     resumed = _train(
         tmp_path, tmp_path / "killed", [*held_out, "--resume", "training.eval_every=1"], launcher=fsdp_launcher()

@@ -5,10 +5,8 @@ two processes read different documents; and `data.shuffle: false` keeps the cach
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from types import SimpleNamespace
 
 import datasets
@@ -25,7 +23,7 @@ from hf_seq.recipes import RecipeError, load_recipe
 from hf_seq.streaming import BlockStream, first_texts
 from hf_seq.tokenization import train_bpe_tokenizer
 from hf_seq.training import global_batch
-from tests.test_training import ROOT, TINY_GPT, _free_port, _weights
+from tests.test_training import ROOT, TINY_GPT, _free_port, _weights, kill_after_first_checkpoint
 
 WORDS = "the a of and to in is was he it for on that with as his by at from they this an be had not but are".split()
 
@@ -246,15 +244,8 @@ def test_killed_streamed_run_resumes_to_the_same_weights(corpus, tmp_path):
     _finish(_train(tmp_path, tmp_path / "whole", recipe))
 
     victim = _train(tmp_path, tmp_path / "killed", recipe, ["training.eval_every=1"])  # slower: killed mid-run
-    checkpoints = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 300
-    while not list(checkpoints.glob("checkpoint-*/state.json")) and time.time() < deadline:
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.communicate()
-    assert victim.returncode == -signal.SIGKILL
-    assert not (tmp_path / "killed" / "model.safetensors").exists()
-    checkpoint = sorted(checkpoints.glob("checkpoint-*"))[0]
+    kill_after_first_checkpoint(victim, tmp_path / "killed")
+    checkpoint = sorted((tmp_path / "killed" / "checkpoints").glob("checkpoint-*"))[0]
     assert (checkpoint / "data_state_0.json").exists() and (checkpoint / "data_buffer_0.safetensors").exists()
 
     output = _finish(_train(tmp_path, tmp_path / "killed", recipe, ["--resume", "training.eval_every=1"]))

@@ -110,6 +110,37 @@ def _weights(folder):
 HELD_OUT = ["data.eval_fraction=0.5"]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torch's launcher starts its workers in sessions of their own)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def kill_after_first_checkpoint(process, output_dir, tree: bool = False) -> None:
+    """SIGKILL a training run once its first checkpoint is complete (with `tree`, every process below it too, as a
+    scheduler kills a job), and check that it had not finished."""
+    checkpoints = Path(output_dir) / "checkpoints"
+    deadline = time.time() + 300
+    while not list(checkpoints.glob("checkpoint-*/state.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    for pid in [process.pid, *(descendants(process.pid) if tree else [])]:
+        os.kill(pid, signal.SIGKILL)
+    process.communicate()
+    assert process.returncode == -signal.SIGKILL
+    assert not (Path(output_dir) / "model.safetensors").exists()
+
+
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     reference = _train(tmp_path, tmp_path / "whole", HELD_OUT)
     output = reference.communicate(timeout=600)[0]
@@ -117,14 +148,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
 
     # evaluating after every step slows the victim down (so it is killed mid-run) without changing its weights
     victim = _train(tmp_path, tmp_path / "killed", [*HELD_OUT, "training.eval_every=1"])
-    checkpoints = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 300
-    while not list(checkpoints.glob("checkpoint-*/state.json")) and time.time() < deadline:
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.communicate()
-    assert victim.returncode == -signal.SIGKILL
-    assert not (tmp_path / "killed" / "model.safetensors").exists()
+    kill_after_first_checkpoint(victim, tmp_path / "killed")
 
     resumed = _train(tmp_path, tmp_path / "killed", [*HELD_OUT, "--resume", "training.eval_every=1"])
     output = resumed.communicate(timeout=600)[0]
