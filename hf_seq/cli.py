@@ -245,10 +245,10 @@ def parse_sizes(text: str) -> list[int]:
     """`0.4M,1.6M,6.4M` or `400000,1600000` as parameter counts."""
     sizes = []
     for item in text.split(","):
-        item = item.strip().upper()
-        scale = {"K": 10**3, "M": 10**6}.get(item[-1:], 1)
+        number = item.strip().upper()
+        scale = {"K": 10**3, "M": 10**6}.get(number[-1:], 1)
         try:
-            sizes.append(round(float(item.rstrip("KM")) * scale))
+            sizes.append(round(float(number.rstrip("KM")) * scale))
         except ValueError:
             raise argparse.ArgumentTypeError(f"{item!r} is not a parameter count (e.g. 400000, 400K or 0.4M)") from None
     return sizes
