@@ -58,6 +58,9 @@ TOOLS = {
     "hf_seq.plotting": "Plots",
     "hf_seq.ngram": "The n-gram baseline",
     "hf_seq.errors": "Errors",
+    "hf_seq.compute": "Training compute from a model's shapes",
+    "hf_seq.sharding": "Fully sharded data parallelism (FSDP2)",
+    "hf_seq.streaming": "Streaming corpora",
 }
 
 MKDOCSTRINGS_OPTIONS = "    options:\n      show_root_heading: true\n      members: false\n"
@@ -205,7 +208,7 @@ def reference_models():
 
 
 def reference_tools():
-    parts = ["# API reference: tools\n\nThe modules of tokenization, evaluation, conversion and plotting."]
+    parts = ["# API reference: tools\n\nThe modules of tokenization, evaluation, conversion, plotting, compute, sharding and streaming."]
     for module, heading in TOOLS.items():
         parts.append(
             f"## {heading}\n\n::: {module}\n    options:\n      heading_level: 3\n      show_root_heading: true"
