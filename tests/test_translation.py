@@ -207,3 +207,33 @@ def test_the_saved_weights_are_the_mean_of_the_averaged_evaluations(tmp_path):
 def test_bad_selection_and_decoding_keys_are_refused_by_name(recipe, message):
     with pytest.raises(RecipeError, match=message):
         load_recipe(recipe)
+
+
+# ---------------------------------------------------------------------------------------------- small-data settings
+@pytest.mark.parametrize("family", ["bahdanau", "transformer"])
+def test_source_word_dropout_drops_whole_source_tokens_in_training_only(family):
+    from hf_seq.registry import family as get_family
+
+    fam = get_family(family)
+    if family == "bahdanau":
+        keys = dict(embedding_size=8, hidden_size=8, deep_output_size=8, attention_size=8)
+    else:
+        keys = dict(hidden_size=8, num_attention_heads=2, intermediate_size=16, num_hidden_layers=1, dropout=0.0)
+    keys |= dict(vocab_size=50, source_word_dropout=0.5)
+    model = fam.model_class("AutoModelForSeq2SeqLM")(fam.config_class(**keys))
+    encoder = model.get_encoder()
+    seen = {}
+    encoder.word_dropout.register_forward_hook(lambda module, args, out: seen.update(out=out, inp=args[0]))
+    source = torch.randint(3, 50, (4, 30))
+    model.train()
+    torch.manual_seed(0)
+    model(input_ids=source, labels=source)
+    zeroed = seen["out"].abs().sum(-1).eq(0)
+    assert 0.3 < zeroed.float().mean() < 0.7  # whole vectors, about half of them
+    kept = ~zeroed
+    torch.testing.assert_close(seen["out"][kept], seen["inp"][kept] * 2)
+    model.eval()
+    model(input_ids=source, labels=source)
+    assert torch.equal(seen["out"], seen["inp"])
+    with pytest.raises(ValueError, match="source_word_dropout"):
+        fam.config_class(**(keys | {"source_word_dropout": 1.5}))
