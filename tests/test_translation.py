@@ -130,6 +130,9 @@ def test_a_seq2seq_recipe_without_generation_keys_decodes_with_beams_and_a_lengt
     assert saved["num_beams"] == 5 and saved["length_penalty"] == 1.0 and saved["early_stopping"] is True
     assert (saved["max_length_a"], saved["max_length_b"]) == (1.2, 10) and saved.get("max_length") is None
     assert summary["num_beams"] == 5 and summary["length_penalty"] == 1.0
+    card = (folder / "README.md").read_text()
+    assert "beam search of 5 with length penalty 1" in card and summary["eval_bleu_signature"] in card
+    assert "chrF (sacrebleu) (validation)" in card
 
     out = subprocess.run(
         [sys.executable, "-m", "hf_seq.cli", "evaluate", str(folder), "--json"],
