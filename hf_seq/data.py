@@ -292,7 +292,9 @@ LOCALE_DIR = Path("/usr/share/locale")
 def gettext_pairs(target_language: str = "fr", max_pairs: int | None = None, max_chars: int = 200) -> list[dict]:
     """English messages paired with their translations, read from the gettext catalogs (`.mo`) that programs install
     under /usr/share/locale: a small parallel corpus on any Linux machine, no download. Pairs are deduplicated,
-    limited to single-line messages of at most `max_chars` characters, and returned in a fixed order."""
+    limited to single-line messages of at most `max_chars` characters, and returned in a fixed order that does not
+    follow the messages' alphabet (sorted by a hash of the English side): any first `max_pairs`, any cap on the
+    held-out pairs, is a fair sample, not the messages that start with punctuation and format strings."""
     import gettext
 
     folder = LOCALE_DIR / target_language / "LC_MESSAGES"
@@ -316,7 +318,12 @@ def gettext_pairs(target_language: str = "fr", max_pairs: int | None = None, max
             if "\n" in source or "\n" in target or len(source) > max_chars or len(target) > max_chars:
                 continue
             pairs.setdefault(source.strip(), target.strip())
-    rows = [{"source": s, "target": t} for s, t in sorted(pairs.items())]
+    import hashlib
+
+    def position(pair):
+        return hashlib.sha1(pair[0].encode("utf-8")).hexdigest()
+
+    rows = [{"source": s, "target": t} for s, t in sorted(pairs.items(), key=position)]
     return rows[:max_pairs]
 
 
