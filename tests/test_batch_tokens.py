@@ -3,6 +3,7 @@
 
 import json
 import random
+import sys
 from types import SimpleNamespace
 
 import datasets
@@ -13,7 +14,7 @@ from hf_seq.data import token_budget_batches
 from hf_seq.recipes import RecipeError, load_recipe
 from hf_seq.training import global_batch, run
 from tests.test_streaming import _finish, _train
-from tests.test_training import _weights, kill_after_first_checkpoint
+from tests.test_training import _free_port, _weights, kill_after_first_checkpoint
 
 # source and target lengths of 500 pairs, correlated as in translation, with a few longer than the budget
 _draw = random.Random(0)
@@ -182,3 +183,35 @@ def test_a_killed_token_budget_run_resumes_to_the_same_weights(tmp_path):
         torch.testing.assert_close(killed[name], whole[name], rtol=0, atol=0, msg=name)
     a, b = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("whole", "killed"))
     assert a["epochs"] > 1 and (a["real_tokens"], a["padding_fraction"]) == (b["real_tokens"], b["padding_fraction"])
+
+
+def test_two_processes_train_like_one_with_accumulation(tmp_path):
+    """P x A = 2 either way, so the same batches: 2 processes take every second pair, one process two micro-batches."""
+    recipe = _recipe(max_steps=4)
+    recipe["model"]["dropout"] = 0.0  # the processes draw their own dropout masks
+    recipe["data"]["batch_tokens"] = 224
+    _finish(_train(tmp_path, tmp_path / "one", recipe, ["training.gradient_accumulation_steps=2"]))
+    launcher = (sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2")
+    _finish(
+        _train(
+            tmp_path,
+            tmp_path / "two",
+            recipe,
+            launcher=(*launcher, "--master_port", str(_free_port()), "-m", "hf_seq.cli"),
+        )
+    )
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    for name in a:
+        torch.testing.assert_close(_without_key_bias(name, b[name]), _without_key_bias(name, a[name]), msg=name)
+    one, two = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one", "two"))
+    assert one["real_tokens"] == two["real_tokens"]  # counted over both processes
+    assert two["eval_loss"] == pytest.approx(one["eval_loss"], rel=1e-5)
+
+
+def _without_key_bias(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The weights less the key projection's bias: it shifts every attention score of a query alike, which the
+    softmax ignores, so its gradient is rounding noise that Adam scales up to steps of the learning rate's size."""
+    if name.endswith("qkv_proj.bias"):
+        query, _, value = tensor.chunk(3)
+        return torch.cat([query, value])
+    return tensor.chunk(2)[1] if name.endswith("kv_proj.bias") else tensor
