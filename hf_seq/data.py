@@ -286,6 +286,56 @@ def masked_lm_collator(tokenizer, mlm_probability: float = 0.15, seed: int | Non
     )
 
 
+# ---------------------------------------------------------------------------------------------- token-budget batches
+def sequence_lengths(rows, column: str) -> list[int]:
+    """The length of every row's `column` (a list of token ids), in row order, without reading the ids into Python."""
+    if isinstance(rows, datasets.Dataset):
+        import pyarrow.compute as pc
+
+        return pc.list_value_length(rows.with_format("arrow")[column]).to_pylist()  # follows select()'s indices
+    return [len(row[column]) for row in rows]
+
+
+def token_budget_batches(
+    source_lengths: list[int],
+    target_lengths: list[int],
+    budget: int,
+    seed: int = 0,
+    epoch: int = 0,
+    min_rows: int = 1,
+    shuffle: bool = True,
+) -> list[list[int]]:
+    """One epoch of `data.batch_tokens` batches (row indices), filled the way fairseq's --max-tokens fills them.
+
+    The rows are sorted by (source length, target length), rows of equal lengths in an order drawn from (seed,
+    epoch), and cut into consecutive batches whose padded size, rows x (longest source + longest target), stays within
+    `budget`: the source and target tensors the collator pads. A row longer than the budget is a batch of its own.
+    A batch holds at least `min_rows` rows (processes x accumulation steps: each gets a row), going over the budget
+    where it must, and a shorter remainder at the end joins the batch before it. Then the order of the batches is
+    shuffled by the same generator. The cuts depend on the lengths alone, so every epoch has the same number of
+    batches, and step s is batch s mod n of epoch s // n. `shuffle=False`: equal lengths in row order, batches
+    shortest first."""
+    sources, targets = torch.as_tensor(source_lengths), torch.as_tensor(target_lengths)
+    generator = torch.Generator().manual_seed(seed * 100003 + epoch)
+    order = torch.randperm(len(sources), generator=generator) if shuffle else torch.arange(len(sources))
+    order = order[torch.sort(targets[order], stable=True).indices]  # then by source: equal lengths keep the draw
+    order = order[torch.sort(sources[order], stable=True).indices]
+    cuts, start, longest = [0], 0, (0, 0)
+    for i, (source, target) in enumerate(zip(sources[order].tolist(), targets[order].tolist())):
+        grown = (max(longest[0], source), max(longest[1], target))
+        if i - start >= min_rows and (i - start + 1) * sum(grown) > budget:
+            cuts.append(i)
+            start, grown = i, (source, target)
+        longest = grown
+    if len(cuts) > 1 and len(sources) - cuts[-1] < min_rows:
+        cuts.pop()  # too few rows left for every process and accumulation step: they join the batch before
+    rows = order.tolist()
+    batches = [rows[a:b] for a, b in zip(cuts, [*cuts[1:], len(rows)]) if b > a]
+    if shuffle:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+    return batches
+
+
 LOCALE_DIR = Path("/usr/share/locale")
 
 

@@ -55,6 +55,10 @@ class DataRecipe:
     streaming: bool = False
     shuffle: bool = True  # shuffle the blocks (cached: a permutation per epoch; streaming: through a buffer)
     shuffle_buffer: int = 1000  # streaming: blocks the shuffle draws from (memory: this many blocks per process)
+    # seq2seq (hf-seq train): training batches filled up to this many padded tokens, rows x (longest source + longest
+    # target), from rows sorted by length, as fairseq's --max-tokens does (hf_seq.data.token_budget_batches);
+    # training.batch_size then only sizes the evaluation batches. None: batches of training.batch_size rows
+    batch_tokens: int | None = None
 
 
 DEFAULT_MAX_STEPS = 400  # the budget of a recipe that gives neither training.max_steps nor training.max_seconds
@@ -267,6 +271,8 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         )
     if recipe.task not in tasks:
         raise RecipeError(f"family {fam.model_type!r} cannot do task {recipe.task!r}; it can do: {tasks}")
+    if recipe.data.batch_tokens is not None:
+        check_batch_tokens(recipe, TASKS)
     if recipe.data.streaming and TASKS[recipe.task].packing is None:
         packed = [name for name, entry in TASKS.items() if entry.packing]
         raise RecipeError(
@@ -368,3 +374,30 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         fam.config_class(**{k: v for k, v in recipe.model.items() if k != "from_pretrained"})
     except (TypeError, ValueError) as error:
         raise RecipeError(f"recipe section 'model' is not a valid {fam.config}: {error}") from None
+
+
+def check_batch_tokens(recipe: Recipe, tasks: dict) -> None:
+    """`data.batch_tokens` is a positive number of tokens, for sentence pairs trained by `hf-seq train`: packed blocks
+    are all data.block_size tokens long, and transformers' Trainer (`hf-seq finetune`) batches by rows."""
+    value, task = recipe.data.batch_tokens, tasks[recipe.task]
+    allowed = [name for name, entry in tasks.items() if entry.command == "train" and entry.packing is None]
+    key = f"recipe key 'data.batch_tokens': {value!r}"
+    if value <= 0:
+        raise RecipeError(
+            f"{key}; allowed: a positive number of padded tokens per training batch, or null (batches of "
+            "training.batch_size rows)"
+        )
+    if recipe.data.streaming:
+        raise RecipeError(
+            f"{key} with data.streaming: true; streamed blocks are all data.block_size tokens long: use "
+            f"training.batch_size (data.batch_tokens is for the tasks {allowed})"
+        )
+    if recipe.task not in allowed:
+        why = (
+            "packs text into blocks of data.block_size tokens, all one length: use training.batch_size"
+            if task.packing
+            else "is trained by transformers' Trainer, which batches training.batch_size rows"
+        )
+        raise RecipeError(
+            f"{key} is for the tasks {allowed} (sentence pairs of different lengths); task {recipe.task!r} {why}"
+        )

@@ -17,6 +17,7 @@ Exactness is a design goal, not an accident:
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from hf_seq import data as data_lib
 from hf_seq import sharding, tasks
 from hf_seq.checksums import record_checksums, verify_checksums
 from hf_seq.errors import DamagedRunError, InvalidValueError, MissingFileError, RunExistsError
@@ -436,10 +438,13 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
     with StopRequest() as stop:
         while state["step"] < state["planned_steps"]:
             set_scheduled_sampling(recipe, plain, state["step"])
-            batches = global_batch(train_set, collator, state["step"], t, accelerator, shuffle=recipe.data.shuffle)
+            batches = global_batch(
+                train_set, collator, state["step"], t, accelerator, recipe.data.shuffle, recipe.data.batch_tokens
+            )
             loss = train_step(model, optimizer, scheduler, batches, task, t, accelerator, sharded=bool(fsdp))
             state["step"] += 1
             state["tokens"] += sum(int(b["input_ids"].numel()) for b in batches) * accelerator.num_processes
+            count_tokens(state, batches, task, accelerator)
             state["seconds"] = time.perf_counter() - start_time
             state["losses"].append(loss)
             bar.update(1)
@@ -563,21 +568,74 @@ def average_snapshots(model, output_dir: Path, steps: list[int]) -> None:
     model.load_state_dict(mean, strict=False)
 
 
-def global_batch(train_set, collator, step: int, t, accelerator, shuffle: bool = True) -> list[dict]:
+def global_batch(
+    train_set, collator, step: int, t, accelerator, shuffle: bool = True, batch_tokens: int | None = None
+) -> list[dict]:
     """This process's micro-batches of step `step`: the step's rows of a permutation seeded by (seed, epoch) (with
-    `data.shuffle: false`, of the blocks in order), every P-th of them for process p of P, cut into
-    gradient-accumulation micro-batches. A stream (`data.streaming`) gives each process its own next B/P blocks."""
+    `data.shuffle: false`, of the blocks in order), or with `data.batch_tokens` the step's batch of
+    `data.token_budget_batches`; every P-th of them for process p of P, cut into gradient-accumulation micro-batches
+    (as equal as the rows allow). A stream (`data.streaming`) gives each process its own next B/P blocks."""
+    processes, parts = accelerator.num_processes, t.gradient_accumulation_steps
     if isinstance(train_set, BlockStream):
-        features = train_set.take(t.batch_size // accelerator.num_processes)
+        features = train_set.take(t.batch_size // processes)
     else:
-        epoch, index = divmod(step, len(train_set) // t.batch_size)
-        generator = torch.Generator().manual_seed(t.seed * 100003 + epoch)
-        order = torch.randperm(len(train_set), generator=generator) if shuffle else torch.arange(len(train_set))
-        rows = order[index * t.batch_size : (index + 1) * t.batch_size].tolist()
-        features = [train_set[i] for i in rows[accelerator.process_index :: accelerator.num_processes]]
-    micro = len(features) // t.gradient_accumulation_steps
-    batches = [collator(features[k : k + micro]) for k in range(0, len(features), micro)]
+        if batch_tokens:  # the same number of batches every epoch: the cuts depend on the lengths alone
+            per_epoch = len(budget_batches(train_set, batch_tokens, t.seed, 0, processes * parts, shuffle))
+            epoch, index = divmod(step, per_epoch)
+            rows = budget_batches(train_set, batch_tokens, t.seed, epoch, processes * parts, shuffle)[index]
+        else:
+            epoch, index = divmod(step, len(train_set) // t.batch_size)
+            generator = torch.Generator().manual_seed(t.seed * 100003 + epoch)
+            order = torch.randperm(len(train_set), generator=generator) if shuffle else torch.arange(len(train_set))
+            rows = order[index * t.batch_size : (index + 1) * t.batch_size].tolist()
+        features = [train_set[i] for i in rows[accelerator.process_index :: processes]]
+    bounds = [len(features) * k // parts for k in range(parts + 1)]
+    batches = [collator(features[a:b]) for a, b in zip(bounds, bounds[1:])]
     return [{k: v.to(accelerator.device) for k, v in b.items() if k != "special_tokens_mask"} for b in batches]
+
+
+@functools.lru_cache(maxsize=4)
+def budget_batches(train_set, batch_tokens: int, seed: int, epoch: int, min_rows: int, shuffle: bool) -> list:
+    """`data.batch_tokens`: the batches of one epoch (rows x (longest source + longest target) <= batch_tokens, at
+    least `min_rows` rows each), computed once per epoch."""
+    lengths = (data_lib.sequence_lengths(train_set, column) for column in ("input_ids", "labels"))
+    return data_lib.token_budget_batches(*lengths, batch_tokens, seed, epoch, min_rows=min_rows, shuffle=shuffle)
+
+
+def epochs_trained(recipe: Recipe, train_set, steps: int, processes: int) -> float:
+    """Passes over the training rows: steps x batch_size / rows, or with data.batch_tokens steps / batches an epoch."""
+    d, t = recipe.data, recipe.training
+    if not d.batch_tokens:
+        return steps * t.batch_size / len(train_set)
+    min_rows = processes * t.gradient_accumulation_steps
+    return steps / len(budget_batches(train_set, d.batch_tokens, t.seed, 0, min_rows, d.shuffle))
+
+
+def count_tokens(state: dict, batches: list[dict], task, accelerator) -> None:
+    """Add the step's real tokens (not padding; for sentence pairs the source and the target side) to
+    state["real_tokens"], and for sentence pairs the padded size of both sides to state["padded_tokens"], summed over
+    the processes: padding_fraction = 1 - real / padded."""
+    pairs = "target" in task.columns
+    real = sum(b["attention_mask"].sum() if "attention_mask" in b else b["input_ids"].numel() for b in batches)
+    padded = 0
+    if pairs:
+        real = real + sum(b["labels"].ne(-100).sum() for b in batches)
+        padded = sum(b["input_ids"].numel() + b["labels"].numel() for b in batches)
+    counts = torch.tensor([int(real), padded], device=accelerator.device)
+    if accelerator.num_processes > 1:
+        counts = accelerator.reduce(counts, reduction="sum")
+    state["real_tokens"] = state.get("real_tokens", 0) + int(counts[0])
+    if pairs:
+        state["padded_tokens"] = state.get("padded_tokens", 0) + int(counts[1])
+
+
+def token_summary(state: dict) -> dict:
+    """metrics.json: real (non-padding) tokens, and for sentence pairs the share of padding in the training batches."""
+    padded = state.get("padded_tokens")
+    return {
+        "real_tokens": state.get("real_tokens"),
+        **({"padding_fraction": 1 - state["real_tokens"] / padded} if padded else {}),
+    }
 
 
 def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accelerator, sharded: bool = False) -> float:
@@ -710,7 +768,8 @@ def finish(recipe: Recipe, accelerator, model, prepared, state: dict, distribute
         "seconds": state["seconds"],
         "tokens_per_second": state["tokens"] / max(state["seconds"], 1e-9),
         "final_train_loss": state["losses"][-1] if state["losses"] else None,
-        "epochs": state["step"] * recipe.training.batch_size / rows if rows else None,  # passes over the training set
+        "epochs": epochs_trained(recipe, prepared.train, state["step"], accelerator.num_processes) if rows else None,
+        **token_summary(state),
         **({"best_step": best["step"], "selected_by": recipe.training.select_by} if best else {}),
         **({"averaged_checkpoints": averaged} if averaged else {}),
         **({"stopped_early": state["stopped_early"]} if "stopped_early" in state else {}),
