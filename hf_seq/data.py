@@ -190,9 +190,13 @@ def select_columns(splits: dict, columns: dict[str, str], names: dict[str, list[
     for split, dataset in splits.items():
         present = (names or {}).get(split) or dataset.column_names
         missing = [source for source in columns.values() if source not in present]
-        if missing and "translation" in present and set(missing) <= translation_languages(dataset):
+        languages = translation_languages(dataset) if missing and "translation" in present else set()
+        if languages and set(missing) <= languages:
             dataset = flatten_translation(dataset, missing)
             present, missing = dataset.column_names, []
+        elif languages:
+            missing = [source for source in missing if source not in languages]
+            present = [*present, *(f"translation.{language}" for language in sorted(languages))]
         if missing:
             raise InvalidValueError(
                 f"the {split} data has no column(s) {missing} (columns: {present}); set "
