@@ -178,7 +178,8 @@ def matched_size(name: str, s: dict, vocab_size: int, target: int | None = None)
 def split_corpus(s: dict, corpus, validation, test, columns: dict, language: str, folder: Path) -> dict:
     """Write the train / validation / test pairs to `folder` as JSON lines with `source` and `target` columns and
     return their paths. Splits the corpus does not have are held out from its training rows with a fixed seed
-    (`held_out_fraction` each, at most `validation_pairs` / `test_pairs`)."""
+    (`held_out_fraction` each); a split not named by `validation` / `test` is cut to its first `validation_pairs` /
+    `test_pairs` pairs (a file named is scored whole)."""
     import torch
 
     from hf_seq import data as data_lib
@@ -191,7 +192,7 @@ def split_corpus(s: dict, corpus, validation, test, columns: dict, language: str
     try:
         splits = data_lib.load_splits(data, names)
     except InvalidValueError as error:
-        if not any(name in str(error) for name in names.values()):
+        if "no column(s)" not in str(error):
             raise
         raise InvalidValueError(
             f"lineage: --source-column {names['source']!r} / --target-column {names['target']!r}: {error}"
@@ -202,11 +203,11 @@ def split_corpus(s: dict, corpus, validation, test, columns: dict, language: str
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(data_lib.HELD_OUT_SEED + 1))
         splits["test"] = train.select(sorted(order[:n].tolist()))
         splits["train"] = train.select(sorted(order[n:].tolist()))
-    caps = {"validation": s["validation_pairs"], "test": s["test_pairs"]}
+    caps = {"validation": None if validation else s["validation_pairs"], "test": None if test else s["test_pairs"]}
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split, rows in splits.items():
-        rows = rows.select(range(min(caps.get(split, len(rows)), len(rows))))
+        rows = rows.select(range(min(caps.get(split) or len(rows), len(rows))))
         path = folder / f"{split}.jsonl"
         lines = [json.dumps({"source": r["source"], "target": r["target"]}, ensure_ascii=False) for r in rows]
         text = "\n".join(lines) + "\n"
@@ -413,7 +414,10 @@ def plot_bleu_by_length(records: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    buckets = [f"{low}-{high}" if high else f"{low}+" for low, high in LENGTH_BUCKETS]
+    seen = {b["bucket"] for record in records for b in record["test_bleu_by_length"]}
+    buckets = [
+        name for name in (f"{low}-{high}" if high else f"{low}+" for low, high in LENGTH_BUCKETS) if name in seen
+    ]
     for record in records:
         points = {b["bucket"]: b["bleu"] for b in record["test_bleu_by_length"]}
         x = [i for i, name in enumerate(buckets) if name in points]
@@ -428,8 +432,8 @@ def write_report(result: dict, output_dir: Path) -> None:
     lines = [
         "# The translation lineage: Sutskever, Cho, Bahdanau, Luong, Transformer",
         "",
-        f"Corpus `{result['corpus']}` ({result['train_pairs']:,} training pairs; validation: {result['validation']}; "
-        f"test: {result['test']}), one joint byte-level BPE tokenizer of {result['vocab_size']:,} tokens trained on "
+        f"Corpus `{result['corpus']}` ({result['train_pairs']:,} training pairs; validation: {result['validation']}, "
+        f"{result['validation_pairs']:,} pairs; test: {result['test']}, {result['test_pairs']:,} pairs), one joint byte-level BPE tokenizer of {result['vocab_size']:,} tokens trained on "
         f"the training sources and targets; budget: {result['budget']}. Embedding width {result['width']}, "
         "non-embedding parameters matched per size; the weights kept are the evaluation with the lowest validation "
         f"loss. Tuning: {result['tuning']}. Seeds: {result['seeds']}. Test translations: beam search of "
@@ -577,6 +581,8 @@ def run(
         "vocab_size": vocab_size,
         "width": s["width"],
         "train_pairs": pairs,
+        "validation_pairs": len(prepared.held_out["eval"]),
+        "test_pairs": len(test_sources),
         "train_tokens": source_tokens + target_tokens,
         "mean_source_tokens": lengths[0],
         "mean_target_tokens": lengths[1],
