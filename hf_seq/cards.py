@@ -29,6 +29,9 @@ METRIC_NAMES = {  # the names metrics.json uses -> (model-index type, what the c
         ("perplexity", "perplexity", "Perplexity per token"),
         ("loss", "loss", "NLL per token (nats, no label smoothing)"),
         ("bleu", "bleu", "BLEU (sacrebleu)"),
+        ("chrf", "chrf", "chrF (sacrebleu)"),
+        ("length_ratio", "length_ratio", "Length ratio, output / reference"),
+        ("repetition_rate", "repetition_rate", "Outputs with an n-gram repeated back to back"),
         ("accuracy", "accuracy", "Accuracy"),
         ("f1", "f1", "F1"),
     )
@@ -41,6 +44,26 @@ DATA_DESCRIPTIONS = {
     "parentheses": "the synthetic balanced colored-parentheses task of `hf_seq.data`",
     "python-tokens": "Python tokens of the standard library sources tagged by the `tokenize` module",
 }
+
+
+def describe_decoding(metrics: dict) -> str:
+    """How the translations behind the BLEU figures were decoded, the sacreBLEU signature, and BLEU by source
+    length."""
+    if metrics.get("num_beams", 1) > 1:
+        how = f"beam search of {metrics['num_beams']} with length penalty {metrics.get('length_penalty', 1.0):g}"
+    else:
+        how = "greedy decoding"
+    if metrics.get("max_length_a") is not None:
+        how += f", at most {metrics['max_length_a']:g} x source tokens + {metrics['max_length_b']} tokens each"
+    text = f"Translations by {how}; BLEU signature `{metrics['eval_bleu_signature']}`."
+    buckets = metrics.get("eval_bleu_by_length") or []
+    if buckets:
+        text += (
+            " Validation BLEU by source length in words: "
+            + ", ".join(f"{b['bucket']}: {b['bleu']:.1f} ({b['sentences']} sentences)" for b in buckets)
+            + "."
+        )
+    return text
 
 
 def template() -> str:
@@ -193,6 +216,8 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
                     else ""
                 )
                 extra += f" The {split} figures score {what}{counted}."
+        if metrics.get("eval_bleu_signature"):
+            extra += " " + describe_decoding(metrics)
         extra += (
             " Bits per byte is the total NLL in bits over the UTF-8 bytes of the scored text: it compares models with"
             " different tokenizers."

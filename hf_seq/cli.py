@@ -153,6 +153,8 @@ def cmd_evaluate(args) -> None:
         print(json.dumps(metrics, indent=2))
         return
     for key, value in metrics.items():
+        if key.endswith("bleu_by_length"):  # one bucket of source length (words) after another
+            value = "; ".join(f"{b['bucket']}: {b['bleu']:.1f} ({b['sentences']})" for b in value)
         print(f"{key:28s} {value:.6g}" if isinstance(value, float) else f"{key:28s} {value}")
     for prefix in ("eval", "test"):
         note = describe_scoring(metrics, prefix)
@@ -184,7 +186,14 @@ def cmd_generate(args) -> None:
     config = AutoConfig.from_pretrained(args.folder)
     pipeline_name = "translation" if config.is_encoder_decoder else "text-generation"
     generator = pipeline(pipeline_name, model=args.folder)
-    kwargs = dict(max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, do_sample=args.do_sample)
+    if args.greedy and (args.num_beams not in (None, 1) or args.do_sample):
+        raise InvalidValueError("--greedy decodes with one beam and no sampling: drop --num-beams / --do-sample")
+    # Unset options come from the folder's generation config: a translation model decodes as its evaluations did
+    # (beam search, length penalty, output length a x source + b); a language model continues for 50 tokens.
+    limit = args.max_new_tokens or (None if config.is_encoder_decoder else 50)
+    kwargs = dict(max_new_tokens=limit, num_beams=1 if args.greedy else args.num_beams, do_sample=args.do_sample)
+    kwargs |= dict(length_penalty=args.length_penalty)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
     if args.do_sample:
         kwargs |= dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     for prompt in prompts:
@@ -376,8 +385,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--prompt")
     p.add_argument("--file", help="a text file, one prompt per line")
-    p.add_argument("--max-new-tokens", type=_at_least(1), default=50)
-    p.add_argument("--num-beams", type=_at_least(1), default=1)
+    p.add_argument(
+        "--max-new-tokens",
+        type=_at_least(1),
+        help="default: 50 for a language model; for a translation model the folder's rule, a x source tokens + b",
+    )
+    p.add_argument("--num-beams", type=_at_least(1), help="default: the folder's generation config (translation: 5)")
+    p.add_argument("--length-penalty", type=float, help="beam score = log-probability / length ** this")
+    p.add_argument("--greedy", action="store_true", help="one beam, no sampling: the most probable token each step")
     p.add_argument("--do-sample", action="store_true")
     p.add_argument("--temperature", type=_number_in(0, float("inf"), "> 0"), default=1.0)
     p.add_argument("--top-k", type=_at_least(0), default=50, help="0: no top-k filtering")

@@ -92,6 +92,72 @@ def corpus_bleu(hypotheses: list[str], references: list[str]) -> float:
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
+LENGTH_BUCKET = 10  # bleu_by_length: source sentences grouped by length in words, 1-10, 11-20, ...
+LAST_BUCKET = 51  # and every source of this many words or more in one bucket
+MAX_REPEAT = 4  # repetition_rate: n-grams of 1 to this many words
+
+
+def repeats_back_to_back(words: list[str], longest: int = MAX_REPEAT) -> bool:
+    """Whether some n-gram of 1 to `longest` words is followed at once by itself ("de la de la", "être être"): the
+    loop a degenerate decoder falls into."""
+    return any(
+        words[i : i + n] == words[i + n : i + 2 * n]
+        for n in range(1, longest + 1)
+        for i in range(len(words) - 2 * n + 1)
+    )
+
+
+def translation_metrics(hypotheses: list[str], references: list[str], sources: list[str]) -> dict:
+    """The figures of a test set of translations, one reference each, all from sacrebleu (Post 2018) at its
+    defaults, so they compare with published detokenized scores:
+
+    - `bleu`: corpus BLEU (Papineni et al. 2002, 13a tokenization) and `bleu_signature`, sacrebleu's string that
+      says how it was computed;
+    - `chrf`: chrF (Popovic 2015), the character n-gram F-score, kinder than BLEU to morphology and small test sets;
+    - `bleu_by_length`: corpus BLEU within each bucket of source length in words (1-10, 11-20, ..., 51+), as Bahdanau
+      et al. (2015, figure 2) and Luong et al. (2015, figure 6) draw it; only non-empty buckets;
+    - `length_ratio`: hypothesis length / reference length in BLEU's tokens (its brevity penalty starts below 1);
+    - `repetition_rate`: the share of hypotheses in which an n-gram of 1-4 words repeats back to back.
+    """
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if not len(hypotheses) == len(references) == len(sources):
+        raise ValueError(
+            f"translation_metrics: {len(hypotheses)} hypotheses, {len(references)} references and {len(sources)} "
+            "sources; one of each per sentence"
+        )
+    if not hypotheses:
+        raise ValueError("translation_metrics: no sentences to score")
+    bleu = BLEU()
+    score = bleu.corpus_score(hypotheses, [references])
+    buckets: dict[int, list[int]] = {}
+    for i, source in enumerate(sources):
+        words = max(len(source.split()), 1)
+        buckets.setdefault(min((words - 1) // LENGTH_BUCKET, (LAST_BUCKET - 1) // LENGTH_BUCKET), []).append(i)
+    by_length = []
+    for k in sorted(buckets):
+        rows = buckets[k]
+        low = k * LENGTH_BUCKET + 1
+        last = low >= LAST_BUCKET
+        by_length.append(
+            {
+                "bucket": f"{low}+" if last else f"{low}-{low + LENGTH_BUCKET - 1}",
+                "min_words": low,
+                "max_words": None if last else low + LENGTH_BUCKET - 1,
+                "sentences": len(rows),
+                "bleu": BLEU().corpus_score([hypotheses[i] for i in rows], [[references[i] for i in rows]]).score,
+            }
+        )
+    return {
+        "bleu": score.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": CHRF().corpus_score(hypotheses, [references]).score,
+        "bleu_by_length": by_length,
+        "length_ratio": score.sys_len / max(score.ref_len, 1),
+        "repetition_rate": sum(repeats_back_to_back(h.split()) for h in hypotheses) / len(hypotheses),
+    }
+
+
 def bleu_metrics(tokenizer) -> Callable[..., dict[str, float]]:
     """A `compute_metrics` for `Seq2SeqTrainer(args=Seq2SeqTrainingArguments(predict_with_generate=True))`: decodes
     the generated ids and the labels (-100, the padding of both, is read as the pad token) and scores corpus BLEU
@@ -194,4 +260,5 @@ __all__ = [
     "corpus_bleu",
     "entity_spans",
     "token_classification_metrics",
+    "translation_metrics",
 ]

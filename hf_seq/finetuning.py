@@ -4,6 +4,7 @@ scratch (config keys). The data, the collator and the final evaluation come from
 as for `hf-seq train`, so `hf-seq evaluate` on the saved folder measures the same numbers."""
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -61,9 +62,15 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
             f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps x processes "
             f"({t.gradient_accumulation_steps} x {world})"
         )
-    generates = task.language_model  # translation: BLEU of generated text at every evaluation
+    generates = task.generates  # translation: BLEU of generated text at every evaluation
     arguments_class = Seq2SeqTrainingArguments if generates else TrainingArguments
-    extra = {"predict_with_generate": True, "generation_max_length": t.generation_max_new_tokens} if generates else {}
+    if generates:
+        tasks.set_decoding(model, recipe)  # Seq2SeqTrainer's evaluations decode as the recipe says
+    # Seq2SeqTrainer takes one total length (the start token, the output, EOS); with the source-relative rule it is
+    # the rule's limit at the longest source kept, data.block_size
+    a, b = t.generation_max_length_a, t.generation_max_length_b
+    longest = t.generation_max_new_tokens or math.ceil(a * recipe.data.block_size + b) + 1
+    extra = {"predict_with_generate": True, "generation_max_length": longest + 1} if generates else {}
     extra |= {"generation_num_beams": t.generation_num_beams} if generates else {}
     args = arguments_class(
         output_dir=str(output_dir / "checkpoints"),
@@ -112,6 +119,8 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
         **measured,
     }
     if trainer.is_world_process_zero():
+        if generates:
+            tasks.set_decoding(trainer.model, recipe)  # Trainer left its fixed length in the generation config
         trainer.save_model(str(output_dir))
         (output_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle: the recipe.json says the same
         context = getattr(model.config, "max_position_embeddings", None) or recipe.data.block_size

@@ -14,7 +14,8 @@ from hf_seq.errors import InvalidValueError, MissingFileError
 
 SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
 MIXED_PRECISION = ("no", "bf16", "fp16")
-SELECT_BY = ("loss",)  # the held-out metric model selection minimises
+# training.select_by: the held-out metric model selection follows -> (its key in the metrics, whether higher is better)
+SELECT_BY = {"loss": ("eval_loss", False), "bleu": ("eval_bleu", True)}
 
 
 class RecipeError(InvalidValueError):
@@ -87,10 +88,20 @@ class TrainingRecipe:
     log_with: str | None = "auto"  # an accelerate tracker (tensorboard, wandb, ...); auto: TensorBoard if installed
     # Model selection: "loss" keeps the weights of the evaluation with the lowest held-out loss (eval_loss) and saves
     # those as the model, with best_step in the metrics; patience: stop after this many evaluations without a better one
-    select_by: str | None = None
+    select_by: str | None = None  # "loss" (eval_loss, lowest) or "bleu" (eval_bleu, highest: seq2seq)
     patience: int | None = None
-    generation_max_new_tokens: int = 64  # seq2seq evaluation (BLEU)
-    generation_num_beams: int = 1
+    # The saved model is the mean of the weights of the last N evaluations (with select_by: of the N evaluations
+    # ending at the best one), as fairseq's average_checkpoints.py and Marian do; the steps are in the metrics
+    average_checkpoints: int | None = None
+    # How seq2seq models decode, in the BLEU of the evaluations and by default in the saved folder's generation config
+    # (hf-seq evaluate / generate, pipeline("translation")): beam search with a length penalty (transformers': the
+    # beam's log-probability / length ** penalty), each output at most a x source tokens + b long (fairseq's
+    # max_len_a / max_len_b), or a fixed generation_max_new_tokens when one is given
+    generation_num_beams: int = 5
+    generation_length_penalty: float = 1.0
+    generation_max_length_a: float = 1.2
+    generation_max_length_b: int = 10
+    generation_max_new_tokens: int | None = None
 
     def __post_init__(self):
         if self.max_steps is None and self.max_seconds is None:
@@ -265,6 +276,16 @@ def validate(recipe: Recipe, command: str = "train") -> None:
     t = recipe.training
     if t.select_by not in (None, *SELECT_BY):
         raise RecipeError(f"recipe key 'training.select_by': {t.select_by!r}; allowed values: {list(SELECT_BY)}")
+    if t.select_by == "bleu" and not TASKS[recipe.task].generates:
+        raise RecipeError(
+            f"recipe key 'training.select_by': 'bleu' scores generated translations; task {recipe.task!r} generates "
+            "none: use 'loss'"
+        )
+    if t.average_checkpoints is not None and (isinstance(t.average_checkpoints, bool) or t.average_checkpoints < 2):
+        raise RecipeError(
+            f"recipe key 'training.average_checkpoints': {t.average_checkpoints!r}; a number of evaluations' weights "
+            ">= 2 to average (leave it unset for the last weights)"
+        )
     if t.patience is not None and (t.patience < 1 or t.select_by is None):
         raise RecipeError(
             f"recipe key 'training.patience': {t.patience!r}; a number of evaluations >= 1, with training.select_by set"
@@ -301,7 +322,12 @@ def validate(recipe: Recipe, command: str = "train") -> None:
     ):
         if value is not None and value <= 0:
             raise RecipeError(f"recipe key {key!r} must be positive, got {value}")
-    for key, value in (("training.learning_rate", t.learning_rate), ("training.weight_decay", t.weight_decay)):
+    for key, value in (
+        ("training.learning_rate", t.learning_rate),
+        ("training.weight_decay", t.weight_decay),
+        ("training.generation_max_length_a", t.generation_max_length_a),
+        ("training.generation_max_length_b", t.generation_max_length_b),
+    ):
         if value < 0:
             raise RecipeError(f"recipe key {key!r} must not be negative, got {value}")
     if not 0 <= t.adam_beta2 < 1:

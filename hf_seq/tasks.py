@@ -168,34 +168,66 @@ def _score_language_model(task, recipe, model, tokenizer, encoded, rows, device,
 
 def _score_seq2seq(task, recipe, model, tokenizer, encoded, rows, device, prefix):
     metrics = _score_language_model(task, recipe, model, tokenizer, encoded, rows, device, prefix)
-    return metrics | {f"{prefix}_bleu": translate_and_score(model, tokenizer, rows, recipe, device)}
+    if rows is None:
+        return metrics
+    hypotheses = translate(model, tokenizer, list(rows["source"]), recipe, device)
+    scores = evaluation.translation_metrics(hypotheses, list(rows["target"]), list(rows["source"]))
+    return metrics | {f"{prefix}_{k}": v for k, v in scores.items()} | decoding(recipe)
+
+
+def decoding(recipe) -> dict:
+    """The decoding settings of the recipe (`training.generation_*`): what the BLEU of its evaluations used and what
+    the saved folder's generation config holds. Beam search finishes once it holds `num_beams` complete outputs."""
+    t = recipe.training
+    settings = {"num_beams": t.generation_num_beams, "do_sample": False}
+    if t.generation_num_beams > 1:
+        settings |= {"length_penalty": t.generation_length_penalty, "early_stopping": True}
+    if t.generation_max_new_tokens:
+        return settings | {"max_new_tokens": t.generation_max_new_tokens}
+    return settings | {"max_length_a": t.generation_max_length_a, "max_length_b": t.generation_max_length_b}
+
+
+def set_decoding(model, recipe) -> None:
+    """Write the recipe's decoding settings into the model's generation config, which `save_pretrained` saves as
+    generation_config.json: `hf-seq generate`, `pipeline("translation")` and a bare `model.generate()` on the saved
+    folder then decode as the run's evaluations did."""
+    config = model.generation_config
+    settings = decoding(recipe)
+    for name, value in settings.items():
+        setattr(config, name, value)
+    config._from_model_config = False  # settings of its own, not a copy of the model config's
+    if "max_new_tokens" not in settings:  # the source-relative rule: no fixed limit left over (Trainer sets one)
+        config.max_new_tokens = config.max_length = None
 
 
 @torch.no_grad()
-def translate_and_score(model, tokenizer, rows, recipe, device) -> float:
-    """sacreBLEU of the model's translations (greedy or beam search, as the recipe's generation settings say)."""
-    t = recipe.training
+def translate(model, tokenizer, sources: list[str], recipe, device) -> list[str]:
+    """The model's translations of `sources` as the recipe decodes (`decoding`), in batches of
+    training.batch_size sources of similar length (sorted, so a batch's longest output limit fits its rows), returned
+    in the order given."""
     was_training, side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "right"  # encoder inputs: padding is masked, its side does not matter
-    hypotheses = []
-    for start in range(0, len(rows), t.batch_size):
-        sources = rows[start : start + t.batch_size]["source"]
+    lengths = [len(ids) for ids in tokenizer(sources, add_special_tokens=False, verbose=False)["input_ids"]]
+    order = sorted(range(len(sources)), key=lambda i: lengths[i])
+    hypotheses: list[str] = [""] * len(sources)
+    size = recipe.training.batch_size
+    for start in range(0, len(order), size):
+        rows = order[start : start + size]
         batch = tokenizer(
-            sources,
+            [sources[i] for i in rows],
             add_special_tokens=False,
             padding=True,
             truncation=True,
             max_length=recipe.data.block_size,
             return_tensors="pt",
         ).to(device)
-        out = model.generate(
-            **batch, max_new_tokens=t.generation_max_new_tokens, num_beams=t.generation_num_beams, do_sample=False
-        )
-        hypotheses += tokenizer.batch_decode(out, skip_special_tokens=True)
+        out = model.generate(**batch, **decoding(recipe))
+        for i, text in zip(rows, tokenizer.batch_decode(out, skip_special_tokens=True)):
+            hypotheses[i] = text.strip()
     model.train(was_training)
     tokenizer.padding_side = side
-    return evaluation.corpus_bleu([h.strip() for h in hypotheses], list(rows["target"]))
+    return hypotheses
 
 
 @torch.no_grad()
@@ -239,6 +271,7 @@ class Task:
     shift_labels: bool = False  # position t predicts labels[t + 1] (causal LMs)
     label_column: str | None = None  # the column whose values name the classes
     language_model: bool = False  # scored by NLL, perplexity and bits per byte
+    generates: bool = False  # scored on generated text too (BLEU): the run's decoding settings are saved with it
     tags: tuple[str, ...] = ()
     trainer_metrics: Callable | None = None  # (tokenizer, model) -> a Trainer compute_metrics
     packing: Callable | None = None  # tokenizer -> pack_blocks' separator and wrap: packed blocks, which can stream
@@ -310,6 +343,7 @@ TASKS: dict[str, Task] = {
             _score_seq2seq,
             "translation",
             language_model=True,
+            generates=True,
             tags=("seq2seq",),
             trainer_metrics=_bleu_metrics,
         ),
@@ -323,6 +357,7 @@ TASKS: dict[str, Task] = {
             _score_seq2seq,
             "translation",
             language_model=True,
+            generates=True,
             tags=("translation",),
             trainer_metrics=_bleu_metrics,
         ),

@@ -34,7 +34,7 @@ from transformers import get_scheduler
 from hf_seq import sharding, tasks
 from hf_seq.checksums import record_checksums, verify_checksums
 from hf_seq.errors import DamagedRunError, InvalidValueError, MissingFileError, RunExistsError
-from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
+from hf_seq.recipes import SELECT_BY, Recipe, RecipeError, resolve_tracker
 from hf_seq.registry import family as get_family
 from hf_seq.streaming import BlockStream
 
@@ -51,9 +51,14 @@ RESUMABLE_KEYS = {
     "training.output_dir",
     "training.generation_max_new_tokens",
     "training.generation_num_beams",
+    "training.generation_length_penalty",
+    "training.generation_max_length_a",
+    "training.generation_max_length_b",
     "data.num_proc",
     "data.eval_examples",
 }
+# Evaluation entries that are settings, not measurements: in metrics.json, not in the progress lines
+DECODING_KEYS = {"num_beams", "do_sample", "length_penalty", "early_stopping", "max_length_a", "max_length_b"}
 # The schedule's length while a wall-clock budget without max_steps is not yet planned (it is at step 10): warm-up,
 # then the peak rate.
 UNPLANNED_STEPS = 10**9
@@ -347,8 +352,11 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
             f"note: the launch config asks for mixed_precision {launched!r}; the run follows the recipe's "
             f"training.mixed_precision={t.mixed_precision!r} (set it in the recipe or as an override)"
         )
-    if fsdp and t.select_by:
-        raise RecipeError("training.select_by is not supported with FSDP yet: the selected weights are kept whole")
+    if fsdp and (t.select_by or t.average_checkpoints):
+        raise RecipeError(
+            "training.select_by and training.average_checkpoints are not supported with FSDP yet: the weights they "
+            "keep are whole"
+        )
     if fsdp and t.mixed_precision == "fp16":
         raise RecipeError("training.mixed_precision='fp16' is not supported with FSDP in hf-seq; use 'bf16'")
     # cpu=True on a machine without an accelerator makes torchrun's processes join over gloo (multi-CPU data parallel)
@@ -454,13 +462,17 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
                 if tracker:
                     accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state["step"])
                 if accelerator.is_main_process:
-                    bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in metrics.items()))
+                    shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k not in DECODING_KEYS}
+                    bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in shown.items()))
+                if t.average_checkpoints:
+                    keep_snapshot(accelerator, plain, output_dir, state, t)
                 if t.select_by and keep_best(accelerator, plain, output_dir, state, metrics, t) and not last:
                     last = True
                     state["stopped_early"] = state["step"]
+                    key, higher = SELECT_BY[t.select_by]
                     accelerator.print(
-                        f"step {state['step']}: {t.patience} evaluations without a lower eval_loss than step "
-                        f"{state['best']['step']}'s (training.patience): stopping"
+                        f"step {state['step']}: {t.patience} evaluations without a {'higher' if higher else 'lower'} "
+                        f"{key} than step {state['best']['step']}'s (training.patience): stopping"
                     )
             interrupted = _any(accelerator, stop.signal is not None)
             if (state["step"] % t.save_every == 0 and not last) or interrupted:
@@ -483,22 +495,72 @@ def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: 
 
 
 def keep_best(accelerator, model, output_dir: Path, state: dict, metrics: dict, t) -> bool:
-    """`training.select_by`: keep the weights of the evaluation with the lowest held-out loss so far in
-    checkpoints/best.safetensors (written under a temporary name, then renamed); returns True once
+    """`training.select_by`: keep the weights of the best evaluation so far (lowest eval_loss, or highest eval_bleu)
+    in checkpoints/best.safetensors (written under a temporary name, then renamed); returns True once
     `training.patience` evaluations in a row have not improved on it."""
-    from safetensors.torch import save_model
-
+    key, higher = SELECT_BY[t.select_by]
     best = state.get("best")
-    if best is None or metrics["eval_loss"] < best["eval_loss"]:
-        state["best"] = {"step": state["step"], "eval_loss": metrics["eval_loss"], "waited": 0}
-        if accelerator.is_main_process:
-            partial = output_dir / "checkpoints" / ".best.safetensors"
-            save_model(model, str(partial))
-            partial.replace(output_dir / "checkpoints" / "best.safetensors")
-        accelerator.wait_for_everyone()
+    if best is None or (metrics[key] > best[key] if higher else metrics[key] < best[key]):
+        state["best"] = {"step": state["step"], key: metrics[key], "waited": 0}
+        save_weights(accelerator, model, output_dir / "checkpoints" / "best.safetensors")
         return False
     best["waited"] += 1
     return t.patience is not None and best["waited"] >= t.patience
+
+
+def save_weights(accelerator, model, path: Path) -> None:
+    """The model's weights as safetensors, written under a temporary name and then renamed: never half a file."""
+    from safetensors.torch import save_model
+
+    if accelerator.is_main_process:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name("." + path.name)
+        save_model(model, str(partial))
+        partial.replace(path)
+    accelerator.wait_for_everyone()
+
+
+def snapshot_steps(output_dir: Path) -> list[int]:
+    return sorted(int(p.stem.removeprefix("step-")) for p in (output_dir / "checkpoints" / "average").glob("step-*"))
+
+
+def averaged_steps(steps: list[int], count: int, best_step: int | None) -> list[int]:
+    """The evaluations whose weights `training.average_checkpoints` averages: the last `count`, or with model
+    selection the last `count` up to the best one."""
+    return [s for s in steps if best_step is None or s <= best_step][-count:]
+
+
+def keep_snapshot(accelerator, model, output_dir: Path, state: dict, t) -> None:
+    """`training.average_checkpoints`: the weights of this evaluation, kept in checkpoints/average/ beside the others
+    that an average may still need (the last N, and with model selection the N up to the best evaluation)."""
+    folder = output_dir / "checkpoints" / "average"
+    save_weights(accelerator, model, folder / f"step-{state['step']:08d}.safetensors")
+    steps = snapshot_steps(output_dir)
+    best = state.get("best", {}).get("step")
+    needed = set(steps[-t.average_checkpoints :]) | set(averaged_steps(steps, t.average_checkpoints, best))
+    if t.select_by and best is None:  # the best is not known yet: it may be this evaluation (kept above)
+        needed |= set(steps)
+    if accelerator.is_main_process:
+        for step in set(steps) - needed:
+            (folder / f"step-{step:08d}.safetensors").unlink(missing_ok=True)
+
+
+def average_snapshots(model, output_dir: Path, steps: list[int]) -> None:
+    """Load into `model` the mean of the weights of the evaluations `steps` (floating-point tensors; integer buffers
+    are taken from the last)."""
+    from safetensors.torch import load_file
+
+    folder = output_dir / "checkpoints" / "average"
+    total = None
+    for step in steps:
+        weights = load_file(folder / f"step-{step:08d}.safetensors")
+        if total is None:
+            total = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}
+            continue
+        for k, v in weights.items():
+            total[k] = total[k] + v.double() if v.is_floating_point() else v
+    mean = {k: (v / len(steps)).float() if v.is_floating_point() else v for k, v in total.items()}
+    model.load_state_dict(mean, strict=False)
 
 
 def global_batch(train_set, collator, step: int, t, accelerator, shuffle: bool = True) -> list[dict]:
@@ -629,13 +691,18 @@ def finish(recipe: Recipe, accelerator, model, prepared, state: dict, distribute
     output_dir = Path(recipe.training.output_dir)
     final = state["evaluations"][-1] if state["evaluations"] else {}
     best = state.get("best")
+    plain = accelerator.unwrap_model(model, keep_torch_compile=False)
     if best:  # training.select_by: the model saved, and the figures reported, are the best evaluation's
         from safetensors.torch import load_model
 
-        load_model(
-            accelerator.unwrap_model(model, keep_torch_compile=False), output_dir / "checkpoints" / "best.safetensors"
-        )
+        load_model(plain, output_dir / "checkpoints" / "best.safetensors")
         final = next(e for e in state["evaluations"] if e["step"] == best["step"])
+    averaged = None
+    t = recipe.training
+    if t.average_checkpoints:  # the mean of several evaluations' weights, scored again
+        averaged = averaged_steps(snapshot_steps(output_dir), t.average_checkpoints, best["step"] if best else None)
+        average_snapshots(plain, output_dir, averaged)
+        final = tasks.evaluate(recipe, prepared, plain, accelerator.device)
     rows = len(prepared.train) if hasattr(prepared.train, "__len__") else None
     summary = {
         "steps": state["step"],
@@ -645,6 +712,7 @@ def finish(recipe: Recipe, accelerator, model, prepared, state: dict, distribute
         "final_train_loss": state["losses"][-1] if state["losses"] else None,
         "epochs": state["step"] * recipe.training.batch_size / rows if rows else None,  # passes over the training set
         **({"best_step": best["step"], "selected_by": recipe.training.select_by} if best else {}),
+        **({"averaged_checkpoints": averaged} if averaged else {}),
         **({"stopped_early": state["stopped_early"]} if "stopped_early" in state else {}),
         **{k: v for k, v in prepared.notes.items() if k.startswith("train_")},
         **{k: v for k, v in final.items() if k not in ("step", "tokens", "seconds")},
@@ -657,6 +725,8 @@ def finish(recipe: Recipe, accelerator, model, prepared, state: dict, distribute
     unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
     if sharded:
         unwrapped = sharding.unsharded_twin(unwrapped)
+    if prepared.task.generates:
+        tasks.set_decoding(unwrapped, recipe)  # generation_config.json: the folder decodes as the evaluations did
     unwrapped.save_pretrained(
         output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
     )

@@ -48,7 +48,8 @@ class BahdanauConfig(PreTrainedConfig):
       sampled prediction instead of the true previous token (1 - epsilon_i in their notation; 0 = teacher forcing).
       A training loop may change it between steps to follow one of their decay schedules.
     - Dropout (not in the paper): `embedding_dropout` on both embeddings, `hidden_dropout` between stacked layers,
-      `output_dropout` on the deep output t_i.
+      `output_dropout` on the deep output t_i, `source_word_dropout` zeroes whole source token embeddings (Sennrich
+      and Zhang 2019).
     - `tie_word_embeddings`: one matrix for the source embeddings, the target embeddings and the output layer W_o
       (one shared vocabulary; needs deep_output_size == embedding_size). The paper has two vocabularies: False.
       With `source_vocab_size` set, only the target embeddings and W_o are tied.
@@ -108,6 +109,7 @@ class BahdanauConfig(PreTrainedConfig):
     embedding_dropout: float = 0.0
     hidden_dropout: float = 0.0
     output_dropout: float = 0.0
+    source_word_dropout: float = 0.0
     initializer_range: float = 0.01
     tie_word_embeddings: bool = False
     use_cache: bool = True
@@ -144,7 +146,13 @@ class BahdanauConfig(PreTrainedConfig):
         if self.source_vocab_size is not None:
             check_positive(self, "source_vocab_size")
         check_probability(
-            self, "scheduled_sampling", "embedding_dropout", "hidden_dropout", "output_dropout", "label_smoothing"
+            self,
+            "scheduled_sampling",
+            "embedding_dropout",
+            "hidden_dropout",
+            "output_dropout",
+            "label_smoothing",
+            "source_word_dropout",
         )
         self._check_combinations(annotation_size)
         if not self.is_encoder_decoder:

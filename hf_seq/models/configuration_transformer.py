@@ -34,7 +34,8 @@ class TransformerConfig(PreTrainedConfig):
     - `label_smoothing`: epsilon of the label-smoothed loss (section 5.4 uses 0.1); 0 is plain cross-entropy.
     - Dropout: `dropout` is the paper's P_drop, on the embedding sums and on every sub-layer output before the
       residual addition (section 5.4); `attention_dropout` acts on the attention weights and `activation_dropout`
-      inside the feed-forward layer (both 0 in the paper).
+      inside the feed-forward layer (both 0 in the paper). `source_word_dropout` zeroes whole source token
+      embeddings in training (Sennrich and Zhang 2019; not in the paper).
     - `decoder_start_token_id`: the first decoder input; None means `bos_token_id`.
 
     Encoder and decoder share `hidden_size`, `num_attention_heads` and `intermediate_size`, as in the paper; their
@@ -78,6 +79,7 @@ class TransformerConfig(PreTrainedConfig):
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     label_smoothing: float = 0.0
+    source_word_dropout: float = 0.0
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True
     use_cache: bool = True
@@ -104,7 +106,9 @@ class TransformerConfig(PreTrainedConfig):
         check_choice(self, "norm_type", NORM_TYPES)
         check_choice(self, "norm_position", NORM_POSITIONS)
         check_choice(self, "hidden_act", ACTIVATIONS)
-        check_probability(self, "dropout", "attention_dropout", "activation_dropout", "label_smoothing")
+        check_probability(
+            self, "dropout", "attention_dropout", "activation_dropout", "label_smoothing", "source_word_dropout"
+        )
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"TransformerConfig: hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "

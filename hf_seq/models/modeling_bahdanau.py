@@ -61,6 +61,7 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2
 from transformers.utils import can_return_tuple
 
 from .configuration_bahdanau import BahdanauConfig
+from .layers import WordDropout
 from .recurrent import RecurrentStack
 from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin
 from .state import RecurrentState
@@ -187,6 +188,7 @@ class BahdanauEncoder(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.source_vocab_size or config.vocab_size, config.embedding_size)
         self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        self.word_dropout = WordDropout(config.source_word_dropout)
         self.rnn = RecurrentStack(
             config.cell_type,
             config.embedding_size,
@@ -214,7 +216,7 @@ class BahdanauEncoder(nn.Module):
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        x = self.embedding_dropout(inputs_embeds)  # (B, S, m)
+        x = self.embedding_dropout(self.word_dropout(inputs_embeds))  # (B, S, m)
         # Sutskever et al.: read x_S .. x_1 (`reverse_source`); the annotations stay in source order
         out = self.rnn(
             x,

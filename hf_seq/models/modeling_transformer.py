@@ -43,7 +43,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .attention import MultiHeadAttention
 from .configuration_transformer import TransformerConfig
 from .decoding import TransposedWeightsDecoding
-from .layers import FeedForward, make_norm
+from .layers import FeedForward, WordDropout, make_norm
 from .positional import SinusoidalPositionalEmbedding
 from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin, as_encoder_output, seq2seq_loss, shift_tokens_right
 from .utils import (
@@ -188,6 +188,7 @@ class TransformerStack(TransformerPreTrainedModel):
             self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
         self.dropout = nn.Dropout(config.dropout)
+        self.word_dropout = nn.Identity()  # the encoder's: WordDropout(source_word_dropout)
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LN; post-LN ends normalised.
         pre = config.norm_position == "pre"
         self.norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps) if pre else nn.Identity()
@@ -221,7 +222,7 @@ class TransformerStack(TransformerPreTrainedModel):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         positions = self.embed_positions(position_ids).to(inputs_embeds.dtype)
-        return self.dropout(inputs_embeds * self.embed_scale + positions)
+        return self.dropout(self.word_dropout(inputs_embeds) * self.embed_scale + positions)
 
 
 class TransformerEncoder(TransformerStack):
@@ -234,6 +235,7 @@ class TransformerEncoder(TransformerStack):
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
+        self.word_dropout = WordDropout(config.source_word_dropout)
         self.layers = nn.ModuleList(TransformerEncoderLayer(config, i) for i in range(config.encoder_layers))
         self.post_init()
 

@@ -30,6 +30,12 @@ class Text2TextGenerationPipeline(Pipeline):
     # Used only where neither the call nor the model's generation config sets them.
     _default_generation_config = GenerationConfig(max_new_tokens=256)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.model.generation_config, "max_length_a", None) is not None:
+            # hf-seq models limit each output relative to its source (a x source tokens + b): no fixed default
+            self._generation_defaults.pop("max_new_tokens", None)
+
     def _sanitize_parameters(
         self, truncation=None, return_tensors=None, return_text=None, clean_up_tokenization_spaces=None, **generate
     ):

@@ -7,11 +7,20 @@ the model so that a folder serves `pipeline("translation", model=folder, trust_r
 A family's `*PreTrainedModel` inherits `Seq2SeqPreTrainedMixin`; its base model holds `encoder` and `decoder`, each
 with `embed_tokens`, and its `*ForConditionalGeneration` holds the base model under `base_model_prefix` and the
 output layer as `lm_head`.
+
+`generate()` limits each translation relative to its source, a x (source tokens) + b tokens (fairseq's `max_len_a`
+and `max_len_b`; the generation config's `max_length_a` and `max_length_b`, default 1.2 and 10), unless the call or
+the generation config gives `max_new_tokens` or `max_length`: never transformers' fixed 20 tokens.
 """
+
+import math
 
 import torch
 from torch import nn
+from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.modeling_outputs import BaseModelOutput
+
+MAX_LENGTH_A, MAX_LENGTH_B = 1.2, 10  # fairseq's --max-len-a / --max-len-b of its translation examples
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.LongTensor:
@@ -105,8 +114,72 @@ class Seq2SeqPreTrainedMixin:
         return embeddings
 
 
+class SourceLengthLimit(LogitsProcessor):
+    """Ends each output once it holds `limits[i]` tokens (the limit of source sentence i): from then on the only
+    token it may take is EOS. Works for every decoding method: the rows of beam search and of several returned
+    sequences are the batch's rows repeated in place, each reading its own sentence's limit."""
+
+    def __init__(self, limits: torch.Tensor, eos_token_id: int):
+        self.limits, self.eos_token_id, self.start = limits, eos_token_id, None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.start is None:  # the first call sees the decoder prompt only
+            self.start = input_ids.shape[1]
+        limits = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
+        done = limits <= input_ids.shape[1] - self.start
+        if done.any():
+            eos = scores[done, self.eos_token_id]
+            scores[done] = -math.inf
+            scores[done, self.eos_token_id] = eos.clamp(min=torch.finfo(scores.dtype).min)
+        return scores
+
+
+def source_lengths(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad_token_id: int | None):
+    """The number of real tokens of each source row."""
+    if attention_mask is not None:
+        return attention_mask.sum(-1)
+    if pad_token_id is None:
+        return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
+    return input_ids.ne(pad_token_id).sum(-1)
+
+
 class Seq2SeqLMMixin(Seq2SeqPreTrainedMixin):
-    """Teacher forcing, the loss and saving with the translation pipeline, for a `*ForConditionalGeneration`."""
+    """Teacher forcing, the loss, output lengths relative to the source and saving with the translation pipeline, for
+    a `*ForConditionalGeneration`."""
+
+    def post_init(self):
+        super().post_init()
+        for name, value in (("max_length_a", MAX_LENGTH_A), ("max_length_b", MAX_LENGTH_B)):
+            if getattr(self.generation_config, name, None) is None:
+                setattr(self.generation_config, name, value)
+
+    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
+        """transformers' `generate()`, with each output limited to `max_length_a` x its source tokens +
+        `max_length_b` (from the call, else the generation config) unless a `max_new_tokens` or `max_length` is
+        given: the batch runs to the longest limit, every sentence stops at its own."""
+        config = generation_config if generation_config is not None else self.generation_config
+        asked = "max_length_a" in kwargs or "max_length_b" in kwargs  # the call's own rule beats the config's limit
+        a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
+        b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
+        fixed = any(kwargs.get(name) is not None for name in ("max_new_tokens", "max_length"))
+        fixed = fixed or (
+            not asked and any(getattr(config, n, None) is not None for n in ("max_new_tokens", "max_length"))
+        )
+        source = inputs if inputs is not None else kwargs.get("input_ids")
+        if a is None or b is None or fixed or not torch.is_tensor(source):
+            return super().generate(inputs, generation_config, logits_processor, **kwargs)
+        for name, value in (("max_length_a", a), ("max_length_b", b)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"generate: {name} must be a number >= 0, got {value!r}.")
+        eos = kwargs.get("eos_token_id", getattr(config, "eos_token_id", None))
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+        lengths = source_lengths(source, kwargs.get("attention_mask"), self.config.pad_token_id)
+        limits = (a * lengths.float() + b).ceil().long().clamp(min=1)
+        kwargs["max_new_tokens"] = int(limits.max()) + 1  # room for the EOS after the longest
+        processors = LogitsProcessorList(logits_processor or [])
+        if eos is not None:
+            processors.append(SourceLengthLimit(limits, eos))
+        return super().generate(inputs, generation_config, processors, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.LongTensor:
         """Called by `DataCollatorForSeq2Seq` and by `forward` when only labels are given."""
@@ -169,7 +242,10 @@ def drop_pipelines_registered_here(config_kwargs: dict) -> None:
 
 
 __all__ = [
+    "MAX_LENGTH_A",
+    "MAX_LENGTH_B",
     "Seq2SeqLMMixin",
+    "SourceLengthLimit",
     "Seq2SeqPreTrainedMixin",
     "as_encoder_output",
     "drop_pipelines_registered_here",
