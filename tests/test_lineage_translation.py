@@ -45,7 +45,7 @@ def test_every_member_is_trained_and_scored_on_the_same_test_pairs(gettext_run):
         assert 1 <= r["best_step"] <= r["steps"] and r["steps"] == records["sutskever"]["steps"]  # one token budget
         buckets = r["test_bleu_by_length"]
         assert buckets and sum(b["sentences"] for b in buckets) == result["settings"]["test_pairs"]
-        assert all(set(b) == {"bucket", "min", "max", "sentences", "bleu"} for b in buckets)
+        assert all({"bucket", "min_words", "sentences", "bleu"} <= set(b) for b in buckets)
         # sizes matched: non-embedding parameters near the target (whole units of n at this tiny width)
         assert abs(r["non_embedding_params"] - result["sizes"][0]) <= 0.06 * result["sizes"][0], r
         assert (out / name / "model.safetensors").exists()
@@ -175,17 +175,6 @@ def test_a_translation_column_is_read_by_its_languages(tmp_path):
         ValueError, match=r"no column\(s\) \['fr'\] \(columns: \['translation', 'translation.de', 'translation.en'\]\)"
     ):
         select_columns({"train": typed}, {"source": "en", "target": "fr"})
-
-
-def test_translation_metrics_on_known_translations():
-    references = ["le chat mange", "un chien", "la maison est rouge et grande"]
-    perfect = lt.translation_metrics(references, references, ["the cat eats", "a dog", "the house is red and big"])
-    assert perfect["bleu"] == pytest.approx(100) and perfect["chrf"] == pytest.approx(100)
-    assert perfect["length_ratio"] == 1 and perfect["repetition_rate"] == 0
-    repeating = ["le le chat", "un chien", "de la de la maison"]  # "le le", "de la de la"; "un chien" does not
-    got = lt.translation_metrics(repeating, references, ["a b", "c " * 12, "d"])
-    assert got["repetition_rate"] == pytest.approx(2 / 3) and got["length_ratio"] == pytest.approx(10 / 11)
-    assert [(b["bucket"], b["sentences"]) for b in got["bleu_by_length"]] == [("1-10", 2), ("11-20", 1)]
 
 
 def test_default_sizes_match_and_the_flops_count_splits_encoder_and_decoder():

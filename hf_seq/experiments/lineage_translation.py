@@ -21,10 +21,12 @@ splits are written to `data/` as JSON lines, and every member trains on those fi
 Fairness: one embedding width for every member and tied embeddings where the family allows it (the Sutskever model's
 linear output layer reads its LSTM state, which is the size parameter, so it keeps its own output layer); the rest of
 each model (its non-embedding parameters: the output layer is counted as an embedding) is sized to the same target.
-All train with the same optimizer, schedule, batch and pairs, select the evaluation with the lowest validation loss,
-and translate the test set with the same beam search.
+All train with the same optimizer, schedule, batch and pairs, keep the evaluation with the highest validation BLEU
+(`training.select_by: bleu`; tuning trials compare validation losses), and translate the test set with the same beam
+search, scored by `tasks.evaluate` as `hf-seq evaluate` scores a run.
 """
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -51,13 +53,13 @@ SETTINGS = {
         learning_rate=2e-3,
         warmup_steps=100,
         budget_tokens=None,  # filled in by `run`: the pairs' tokens of `steps` steps
-        # about 15 minutes for the five members on 2 idle cores: 200-step runs of bahdanau and the Transformer took
-        # 0.15 s a step with their evaluations, and 10-14 s to score, on 2 cores shared at a load of 3.8
-        steps=1200,
-        eval_every=300,
-        eval_pairs=100,  # validation pairs of the periodic evaluations (loss and greedy BLEU)
+        # about 15 minutes for the five members on 2 cores: 200-step runs of cho and the Transformer took 0.12-0.15 s
+        # a step with two evaluations (beam search of 100 pairs), and 5-9 s to score, on 2 cores shared at a load of 3.3
+        steps=1600,
+        eval_every=400,
+        eval_pairs=100,  # validation pairs of the periodic evaluations (loss, and BLEU with the same beam search)
         num_beams=5,
-        max_new_tokens=48,
+        max_new_tokens=None,  # 1.2 x source tokens + 10 (training.generation_max_length_a / _b)
     ),
     "quick": dict(
         vocab_size=500,
@@ -108,7 +110,7 @@ def _transformer(s: dict, size: int, dropout: float) -> dict:
         encoder_layers=layers,
         decoder_layers=layers,
         intermediate_size=size,
-        max_position_embeddings=s["block_size"] + 2,
+        max_position_embeddings=2 * s["block_size"] + 16,  # outputs run to 1.2 x the source + 10 tokens
         dropout=dropout,
         tie_word_embeddings=True,
     )
@@ -233,75 +235,20 @@ def base_recipe(s: dict, paths: dict, output_dir: Path, tokenizer_path: str | No
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-def translate(model, tokenizer, sources: list[str], s: dict) -> list[str]:
-    """Beam search (`num_beams`) of every source, in batches; no special tokens on the source side, as training."""
-    import torch
-
-    side, tokenizer.padding_side = tokenizer.padding_side, "right"
-    hypotheses = []
-    with torch.no_grad():
-        for start in range(0, len(sources), s["batch_size"]):
-            batch = tokenizer(
-                sources[start : start + s["batch_size"]],
-                add_special_tokens=False,
-                padding=True,
-                truncation=True,
-                max_length=s["block_size"],
-                return_tensors="pt",
-            )
-            out = model.generate(**batch, max_new_tokens=s["max_new_tokens"], num_beams=s["num_beams"], do_sample=False)
-            hypotheses += [h.strip() for h in tokenizer.batch_decode(out, skip_special_tokens=True)]
-    tokenizer.padding_side = side
-    return hypotheses
-
-
-LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 50), (51, None))
-
-
-def translation_metrics(hypotheses: list[str], references: list[str], sources: list[str]) -> dict:
-    """sacreBLEU (13a) and chrF of the corpus, BLEU by source length in words, the share of hypotheses that repeat
-    an n-gram (n = 1..4 words) back to back, and hypothesis words / reference words (sacreBLEU's sys_len / ref_len).
-    The keys of `hf_seq.evaluation.translation_metrics` (issue 28), which replaces this once it lands."""
-    import sacrebleu
-
-    metric = sacrebleu.BLEU()
-    bleu = metric.corpus_score(hypotheses, [references])
-    by_length = []
-    for low, high in LENGTH_BUCKETS:
-        chosen = [i for i, src in enumerate(sources) if low <= len(src.split()) <= (high or len(src.split()))]
-        if chosen:
-            score = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[references[i] for i in chosen]]).score
-            name = f"{low}-{high}" if high else f"{low}+"
-            by_length.append({"bucket": name, "min": low, "max": high, "sentences": len(chosen), "bleu": score})
-
-    def repeats(words: list[str]) -> bool:
-        return any(
-            words[i : i + n] == words[i + n : i + 2 * n] for n in range(1, 5) for i in range(len(words) - 2 * n + 1)
-        )
-
-    return {
-        "bleu": bleu.score,
-        "bleu_signature": str(metric.get_signature()),
-        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
-        "bleu_by_length": by_length,
-        "repetition_rate": sum(repeats(h.split()) for h in hypotheses) / max(len(hypotheses), 1),
-        "length_ratio": bleu.sys_len / max(bleu.ref_len, 1),
-    }
-
-
-def alignment_figure(folder: Path, tokenizer, source: str, s: dict, path: Path, title: str) -> None:
-    """The cross-attention of the model in `folder` over its own greedy translation of `source`: the Bahdanau
-    family's alignments alpha_ij, the Transformer's last layer averaged over heads; source tokens across, target
-    tokens down."""
+def alignment_figure(folder: Path, tokenizer, source: str, recipe, path: Path, title: str) -> None:
+    """The cross-attention of the model in `folder` over its own translation of `source` (the recipe's decoding):
+    the Bahdanau family's alignments alpha_ij, the Transformer's last layer averaged over heads; source tokens
+    across, target tokens down."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_seq.plotting import plot_alignment
+    from hf_seq.tasks import decoding
 
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()  # weights, not a kernel
-    ids = tokenizer(source, add_special_tokens=False, return_tensors="pt")["input_ids"][:, : s["block_size"]]
+    ids = tokenizer(source, add_special_tokens=False, return_tensors="pt")["input_ids"][:, : recipe.data.block_size]
     with torch.no_grad():
-        generated = model.generate(input_ids=ids, max_new_tokens=s["max_new_tokens"], num_beams=1, do_sample=False)
+        generated = model.generate(input_ids=ids, **decoding(recipe))
         out = model(input_ids=ids, decoder_input_ids=generated[:, :-1], output_attentions=True)
     label = lambda i: tokenizer.decode([int(i)]) or tokenizer.convert_ids_to_tokens(int(i))
     plot_alignment(
@@ -336,12 +283,12 @@ def plan_member(name, s, target, vocab_size, lengths, corpus_tokens, given) -> d
 
 
 def train_member(context, name, plan, settings, seed, folder, steps, seconds, score=False) -> dict:
-    """One training run through `hf_seq.training.run`, keeping the evaluation with the lowest validation loss; with
-    `score`, the kept weights are scored once: perplexity of the whole validation and test splits, and the test
+    """One training run through `hf_seq.training.run`; a tuning trial reports its lowest validation loss, a final run
+    (`score`) keeps the evaluation of highest validation BLEU, and the kept weights are scored once: perplexity of the whole validation and test splits, and the test
     translations (beam search) by BLEU, chrF, repetition and length ratio."""
     from transformers import AutoModelForSeq2SeqLM
 
-    from hf_seq.evaluation import evaluate_language_model
+    from hf_seq import tasks
     from hf_seq.recipes import load_recipe
     from hf_seq.training import run as train
 
@@ -361,9 +308,10 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
         "warmup_steps": s["warmup_steps"],
         "eval_every": s["eval_every"],
         "save_every": 10**9,  # no checkpoints inside the budget
-        "select_by": "loss",
-        "generation_num_beams": 1,  # the periodic evaluations' BLEU is greedy; the test is translated with beams
-        "generation_max_new_tokens": s["max_new_tokens"],
+        # tuning trials compare validation losses; a final run keeps its evaluation of highest validation BLEU
+        "select_by": "bleu" if score else "loss",
+        "generation_num_beams": s["num_beams"],
+        "generation_max_new_tokens": s["max_new_tokens"],  # None: a x source + b (the recipe's default)
     }
     member_recipe["card"] = {"description": f"The {row.title} member of the hf-seq translation lineage."}
     recipe = load_recipe(member_recipe)
@@ -384,23 +332,22 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     record |= {"seconds": summary["seconds"]}
     curve = json.loads((folder / "metrics.json").read_text())["evaluations"]
     record["curve"] = [{k: c.get(k) for k in ("step", "seconds", "eval_loss", "eval_bleu")} for c in curve]
-    collator = prepared.task.collator(context["recipe"], prepared.tokenizer, model)
-    for split, prefix in (("validation", "eval"), ("test", "test")):
-        metrics = evaluate_language_model(
-            model, prepared.held_out[prefix], collator, s["batch_size"], "cpu", context["byte_lengths"], False
-        )
-        record |= {f"{split}_{k}": metrics[f"eval_{k}"] for k in ("loss", "perplexity")}
-    rows = prepared.held_out_rows["test"]
-    sources, references = list(rows["source"]), list(rows["target"])
-    hypotheses = translate(model, prepared.tokenizer, sources, s)
-    record |= {f"test_{k}": v for k, v in translation_metrics(hypotheses, references, sources).items()}
+    # the kept weights, scored once by `tasks.evaluate` as `hf-seq evaluate` scores them: the perplexity of the whole
+    # validation split (not translated: rows None), and the test split, perplexity and translations
+    scored = dataclasses.replace(prepared, held_out_rows={"eval": None, "test": prepared.held_out_rows["test"]})
+    metrics = tasks.evaluate(recipe, scored, model, "cpu")
+    record |= {f"validation_{k}": metrics[f"eval_{k}"] for k in ("loss", "perplexity")}
+    record |= {k: v for k, v in metrics.items() if k.startswith("test_") and k != "test_examples"}
+    record["decoding"] = tasks.decoding(recipe)
+    rows = prepared.held_out_rows["test"].select(range(3))
+    translations = tasks.translate(model, prepared.tokenizer, list(rows["source"]), recipe, "cpu")
     record["examples"] = [
-        {"source": a, "reference": b, "translation": c} for a, b, c in list(zip(sources, references, hypotheses))[:3]
+        {"source": a, "reference": b, "translation": c} for a, b, c in zip(rows["source"], rows["target"], translations)
     ]
     if name in ATTENTION_MEMBERS:
         path = folder.parent / f"alignment-{folder.name}.png"
         title = f"{row.title}: {context['alignment_source']!r}"
-        alignment_figure(folder, prepared.tokenizer, context["alignment_source"], s, path, title)
+        alignment_figure(folder, prepared.tokenizer, context["alignment_source"], recipe, path, title)
         record["alignment"] = path.name
     return record
 
@@ -414,10 +361,8 @@ def plot_bleu_by_length(records: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    seen = {b["bucket"] for record in records for b in record["test_bleu_by_length"]}
-    buckets = [
-        name for name in (f"{low}-{high}" if high else f"{low}+" for low, high in LENGTH_BUCKETS) if name in seen
-    ]
+    first_words = {b["bucket"]: b["min_words"] for record in records for b in record["test_bleu_by_length"]}
+    buckets = sorted(first_words, key=first_words.get)
     for record in records:
         points = {b["bucket"]: b["bleu"] for b in record["test_bleu_by_length"]}
         x = [i for i, name in enumerate(buckets) if name in points]
@@ -433,11 +378,12 @@ def write_report(result: dict, output_dir: Path) -> None:
         "# The translation lineage: Sutskever, Cho, Bahdanau, Luong, Transformer",
         "",
         f"Corpus `{result['corpus']}` ({result['train_pairs']:,} training pairs; validation: {result['validation']}, "
-        f"{result['validation_pairs']:,} pairs; test: {result['test']}, {result['test_pairs']:,} pairs), one joint byte-level BPE tokenizer of {result['vocab_size']:,} tokens trained on "
-        f"the training sources and targets; budget: {result['budget']}. Embedding width {result['width']}, "
-        "non-embedding parameters matched per size; the weights kept are the evaluation with the lowest validation "
-        f"loss. Tuning: {result['tuning']}. Seeds: {result['seeds']}. Test translations: beam search of "
-        f"{result['settings']['num_beams']}, at most {result['settings']['max_new_tokens']} new tokens. "
+        f"{result['validation_pairs']:,} pairs; test: {result['test']}, {result['test_pairs']:,} pairs), one joint "
+        f"byte-level BPE tokenizer of {result['vocab_size']:,} tokens trained on the training sources and targets; "
+        f"budget: {result['budget']}. Embedding width {result['width']}, non-embedding parameters matched per size; "
+        f"the weights kept are the evaluation with the highest BLEU on the first {result['settings']['eval_pairs']} "
+        f"validation pairs. Tuning: {result['tuning']}. Seeds: {result['seeds']}. Test translations: beam search of "
+        f"{result['settings']['num_beams']} ({result['decoding']}). "
         f"Machine: {result['machine']}.",
         "",
         f"Ranked by **{metric.replace('_', ' ')}** (the test split, scored once, with the selected weights; higher is "
@@ -510,7 +456,6 @@ def run(
     """Train and score every member at every size and seed; write lineage.md, lineage.json, bleu_by_length.png, the
     alignment pictures and the member folders into `output_dir`. Returns what lineage.json holds."""
     from hf_seq import tasks
-    from hf_seq.evaluation import token_byte_lengths
     from hf_seq.recipes import load_recipe
 
     s = dict(SETTINGS["quick" if quick else "default"])
@@ -542,7 +487,7 @@ def run(
         s["budget_tokens"] = budget_tokens
     test_sources = list(prepared.held_out_rows["test"]["source"])
     context = dict(s=s, prepared=prepared, recipe=recipe, paths=paths, tokenizer_dir=tokenizer_dir, threads=threads)
-    context |= dict(byte_lengths=token_byte_lengths(tokenizer), progress=progress)
+    context["progress"] = progress
     # the alignment pictures' sentence: the first test source of 5 to 12 words (else the first)
     context["alignment_source"] = next((x for x in test_sources if 5 <= len(x.split()) <= 12), test_sources[0])
     say(
@@ -587,6 +532,7 @@ def run(
         "mean_source_tokens": lengths[0],
         "mean_target_tokens": lengths[1],
         "alignment_source": context["alignment_source"],
+        "decoding": records[0]["decoding"] if records else None,
         "machine": study.machine(load_before),
         "settings": s,
         "members": records,
@@ -601,4 +547,4 @@ def run(
     return result
 
 
-__all__ = ["MEMBERS", "ROWS", "matched_size", "run", "translation_metrics"]
+__all__ = ["MEMBERS", "ROWS", "matched_size", "run"]
