@@ -189,3 +189,31 @@ def test_default_sizes_match_and_the_flops_count_splits_encoder_and_decoder():
             assert seq2seq_flops_per_token(model, 10, 10) == pytest.approx(model_flops_per_token(model, 10) / 2)
             # the decoder (with the output layer over 4000 tokens) outweighs the encoder: longer targets cost more
             assert seq2seq_flops_per_token(model, 5, 15) > seq2seq_flops_per_token(model, 15, 5)
+
+
+def test_sizes_seeds_tuning_and_a_flops_budget_run_as_in_the_language_model_lineage(tmp_path):
+    """The shared runner's knobs on the translation table: two sizes, two seeds, two trials, a FLOPs budget."""
+    from hf_seq.experiments.study import TUNE_FRACTION
+
+    train, valid, test = write_parallel(tmp_path, counts=(300, 16, 16))
+    flops = 4e8
+    result = lt.run(
+        quick=True, output_dir=tmp_path / "out", corpus=str(train), validation=str(valid), test=str(test),
+        source_column="en", target_column="es", members=("cho", "transformer"), sizes=[3000, 6000], seeds=2,
+        tune=2, budget_flops=flops, threads=1, progress=False,
+    )  # fmt: skip
+    per_pair = result["mean_source_tokens"] + result["mean_target_tokens"]
+    for r in result["members"]:
+        steps = math.ceil(flops / (r["flops_per_token"] * result["settings"]["batch_size"] * per_pair))
+        assert r["steps"] == steps and len(r["trials"]) == 2, r["name"]
+        assert {t["steps"] for t in r["trials"]} == {math.ceil(steps * TUNE_FRACTION)}
+        best = min(r["trials"], key=lambda t: t["eval_loss"])
+        assert (r["learning_rate"], r["dropout"]) == (best["learning_rate"], best["dropout"])
+    assert {(row["name"], row["target"], row["seeds"]) for row in result["summary"]} == {
+        (name, size, 2) for name in ("cho", "transformer") for size in (3000, 6000)
+    }
+    table = (tmp_path / "out" / "lineage.md").read_text()
+    assert "## Non-embedding parameters 3,000" in table and "(seed 1)" in table
+    assert (tmp_path / "out" / "scaling.png").exists() and (
+        tmp_path / "out" / "alignment-transformer-6000-seed0.png"
+    ).exists()

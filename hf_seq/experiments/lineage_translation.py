@@ -283,9 +283,10 @@ def plan_member(name, s, target, vocab_size, lengths, corpus_tokens, given) -> d
 
 
 def train_member(context, name, plan, settings, seed, folder, steps, seconds, score=False) -> dict:
-    """One training run through `hf_seq.training.run`; a tuning trial reports its lowest validation loss, a final run
-    (`score`) keeps the evaluation of highest validation BLEU, and the kept weights are scored once: perplexity of the whole validation and test splits, and the test
-    translations (beam search) by BLEU, chrF, repetition and length ratio."""
+    """One training run through `hf_seq.training.run`: a tuning trial reports its lowest validation loss; a final run
+    (`score`) keeps its evaluation of highest validation BLEU, and those weights are scored once: the perplexity of
+    the whole validation and test splits, and the test translations (beam search) by BLEU, chrF, BLEU by length,
+    repetition and length ratio."""
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_seq import tasks
@@ -339,7 +340,7 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     record |= {f"validation_{k}": metrics[f"eval_{k}"] for k in ("loss", "perplexity")}
     record |= {k: v for k, v in metrics.items() if k.startswith("test_") and k != "test_examples"}
     record["decoding"] = tasks.decoding(recipe)
-    rows = prepared.held_out_rows["test"].select(range(3))
+    rows = prepared.held_out_rows["test"].select(range(min(3, len(prepared.held_out_rows["test"]))))
     translations = tasks.translate(model, prepared.tokenizer, list(rows["source"]), recipe, "cpu")
     record["examples"] = [
         {"source": a, "reference": b, "translation": c} for a, b, c in zip(rows["source"], rows["target"], translations)
