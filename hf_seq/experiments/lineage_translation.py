@@ -384,11 +384,12 @@ def write_report(result: dict, output_dir: Path) -> None:
         f"budget: {result['budget']}. Embedding width {result['width']}, non-embedding parameters matched per size; "
         f"the weights kept are the evaluation with the highest BLEU on the first {result['settings']['eval_pairs']} "
         f"validation pairs. Tuning: {result['tuning']}. Seeds: {result['seeds']}. Test translations: beam search of "
-        f"{result['settings']['num_beams']} ({result['decoding']}). "
+        f"{result['settings']['num_beams']} ("
+        + ", ".join(f"{k} {v}" for k, v in (result["decoding"] or {}).items() if k != "do_sample")
+        + "). "
         f"Machine: {result['machine']}.",
         "",
-        f"Ranked by **{metric.replace('_', ' ')}** (the test split, scored once, with the selected weights; higher is "
-        "better).",
+        "Ranked by **test BLEU** (the test split, scored once, with the selected weights; higher is better).",
         "",
     ]
     summary = summarize(records, metric)
@@ -416,8 +417,8 @@ def write_report(result: dict, output_dir: Path) -> None:
         "inversion of the other. FLOPs per token: a token is a source or target token of a pair; 6 x the encoder's "
         "parameters per source token, 6 x the decoder's (with the output layer) per target token, plus the "
         "Transformer's attention (hf_seq.compute.seq2seq_flops_per_token). Repetition: the share of test "
-        "translations that repeat an n-gram (1-4 words) back to back. Length ratio: translation words / reference "
-        "words. Every trial is in lineage.json.",
+        "translations that repeat an n-gram (1-4 words) back to back. Length ratio: translation length / reference "
+        "length in BLEU's tokens. Every trial is in lineage.json.",
         "",
         "![BLEU by source length](bleu_by_length.png)",
         "",
