@@ -424,12 +424,20 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="stdlib (default; translation: gettext, the machine's catalogs), local files or a Hub dataset name",
     )
-    p.add_argument("--source-column", help="translation: the corpus's source column (default source)")
-    p.add_argument("--target-column", help="translation: the corpus's target column (default target)")
+    p.add_argument(
+        "--source-column",
+        help="translation: the source column, or a language of a `translation` column (default source)",
+    )
+    p.add_argument(
+        "--target-column",
+        help="translation: the target column, or a language of a `translation` column (default target)",
+    )
     p.add_argument("--validation", help="held-out file(s) or Hub split (default: the corpus's own, else held out)")
     p.add_argument("--test", help="test file or Hub split, scored once at the end with the selected weights")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--budget-tokens", type=int, help="training tokens per member (default 2**20)")
+    budget.add_argument(
+        "--budget-tokens", type=int, help="training tokens per member (default 2**20; translation: 1,600 steps' pairs)"
+    )
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
     budget.add_argument("--budget-flops", type=float, help="training FLOPs per member (6N + attention per token)")
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
