@@ -264,30 +264,52 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def cmd_lineage(args) -> None:
-    from hf_seq.experiments import lineage
+    from hf_seq.experiments import lineage, lineage_translation
 
-    members = tuple(args.members.split(",")) if args.members else lineage.MEMBERS
-    result = lineage.run(
+    shared = dict(
         quick=args.quick,
         output_dir=args.output_dir,
-        corpus=args.corpus if len(args.corpus) > 1 else args.corpus[0],
         validation=args.validation,
         test=args.test,
         budget_tokens=args.budget_tokens,
         budget_seconds=args.budget_seconds,
         budget_flops=args.budget_flops,
-        members=members,
         sizes=args.sizes,
         seeds=args.seeds,
         tune=args.tune,
         threads=args.threads,
-        max_chars=args.max_chars,
     )
+    corpus = args.corpus if args.corpus is None or len(args.corpus) > 1 else args.corpus[0]
+    if args.task == "translation":
+        if args.max_chars is not None:
+            raise InvalidValueError("lineage: --max-chars is for --task language_model (translation reads every pair)")
+        result = lineage_translation.run(
+            corpus=corpus or lineage_translation.DEFAULT_CORPUS,
+            members=tuple(args.members.split(",")) if args.members else lineage_translation.MEMBERS,
+            source_column=args.source_column or "source",
+            target_column=args.target_column or "target",
+            **shared,
+        )
+        files = "lineage.md, lineage.json, bleu_by_length.png and the alignment pictures"
+    else:
+        for option in ("source_column", "target_column"):
+            if getattr(args, option) is not None:
+                flag = "--" + option.replace("_", "-")
+                raise InvalidValueError(f"lineage: {flag} {getattr(args, option)!r} is for --task translation")
+        result = lineage.run(
+            corpus=corpus or "stdlib",
+            members=tuple(args.members.split(",")) if args.members else lineage.MEMBERS,
+            max_chars=args.max_chars,
+            **shared,
+        )
+        files = "lineage.md, lineage.json and learning_curves.png"
     metric = result["metric"]
-    for row in sorted(result["summary"], key=lambda r: (r["target"], r["mean"])):
+    best_first = -1 if metric.endswith("bleu") else 1
+    width = max([7, *(len(row["name"]) for row in result["summary"])])
+    for row in sorted(result["summary"], key=lambda r: (r["target"], best_first * r["mean"])):
         spread = f" [{row['min']:.4f}-{row['max']:.4f}]" if row["seeds"] > 1 else ""
-        print(f"{row['target']:>10,} {row['name']:>7}: {row['mean']:.4f}{spread} {metric.replace('_', ' ')}")
-    print(f"lineage.md, lineage.json and learning_curves.png in {args.output_dir}/")
+        print(f"{row['target']:>10,} {row['name']:>{width}}: {row['mean']:.4f}{spread} {metric.replace('_', ' ')}")
+    print(f"{files} in {args.output_dir}/")
 
 
 def cmd_experiment(args) -> None:
@@ -387,22 +409,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_push)
 
     p = commands.add_parser(
-        "lineage", help="n-gram, window, WaveNet, Elman, GRU, LSTM, GPT, Mamba: one corpus and budget, sizes matched"
+        "lineage",
+        help="n-gram, window, WaveNet, Elman, GRU, LSTM, GPT, Mamba (or, --task translation: Sutskever, Cho, "
+        "Bahdanau, Luong, Transformer): one corpus and budget, sizes matched",
     )
     p.add_argument(
-        "--corpus", nargs="+", default=["stdlib"], help="stdlib (default), local text files or a Hub dataset name"
+        "--task",
+        choices=("language_model", "translation"),
+        default="language_model",
+        help="the language models (default) or the encoder-decoders translating a parallel corpus",
+    )
+    p.add_argument(
+        "--corpus",
+        nargs="+",
+        help="stdlib (default; translation: gettext, the machine's catalogs), local files or a Hub dataset name",
+    )
+    p.add_argument(
+        "--source-column",
+        help="translation: the source column, or a language of a `translation` column (default source)",
+    )
+    p.add_argument(
+        "--target-column",
+        help="translation: the target column, or a language of a `translation` column (default target)",
     )
     p.add_argument("--validation", help="held-out file(s) or Hub split (default: the corpus's own, else held out)")
     p.add_argument("--test", help="test file or Hub split, scored once at the end with the selected weights")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--budget-tokens", type=int, help="training tokens per member (default 2**20)")
+    budget.add_argument(
+        "--budget-tokens", type=int, help="training tokens per member (default 2**20; translation: 1,600 steps' pairs)"
+    )
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
     budget.add_argument("--budget-flops", type=float, help="training FLOPs per member (6N + attention per token)")
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
     p.add_argument("--sizes", type=parse_sizes, help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M")
     p.add_argument("--seeds", type=int, default=1, help="seeds per member and size: mean and spread")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
-    p.add_argument("--members", help="a comma-separated subset of ngram,window,conv,elman,gru,lstm,gpt,ssm")
+    p.add_argument(
+        "--members",
+        help="a comma-separated subset of ngram,window,conv,elman,gru,lstm,gpt,ssm "
+        "(translation: sutskever,cho,bahdanau,luong,transformer)",
+    )
     p.add_argument("--max-chars", type=int, help="characters of the corpus to read (default 3,000,000)")
     p.add_argument("--threads", type=int, help="torch threads (default: one per idle core)")
     p.add_argument("--output-dir", default="lineage")

@@ -168,6 +168,21 @@ def hold_out_tail(blocks: datasets.Dataset, fraction: float) -> tuple[datasets.D
     return blocks.select(range(len(blocks) - n_eval)), blocks.select(range(len(blocks) - n_eval, len(blocks)))
 
 
+def translation_languages(dataset) -> set[str]:
+    """The languages of a `translation` column of {language: text} (the WMT / OPUS layout on the Hub: a
+    `Translation` feature, or a struct of strings), as far as the dataset's features say."""
+    feature = (getattr(dataset, "features", None) or {}).get("translation")
+    if isinstance(feature, datasets.Translation):
+        return set(feature.languages)
+    return set(feature) if isinstance(feature, dict) else set()
+
+
+def flatten_translation(dataset, languages: list[str]):
+    """Each of `languages` as a column of its own, read from the `translation` column (data.source_column=en,
+    data.target_column=fr name languages of it)."""
+    return dataset.map(lambda row: {lang: row["translation"][lang] for lang in languages}, remove_columns="translation")
+
+
 def select_columns(splits: dict, columns: dict[str, str], names: dict[str, list[str]] | None = None) -> dict:
     """Each split (a Dataset or an IterableDataset) with only the task's columns, renamed to the task's names
     (`columns`: task's name -> the dataset's column); a missing column is an error naming the recipe key. `names`:
@@ -175,6 +190,13 @@ def select_columns(splits: dict, columns: dict[str, str], names: dict[str, list[
     for split, dataset in splits.items():
         present = (names or {}).get(split) or dataset.column_names
         missing = [source for source in columns.values() if source not in present]
+        languages = translation_languages(dataset) if missing and "translation" in present else set()
+        if languages and set(missing) <= languages:
+            dataset = flatten_translation(dataset, missing)
+            present, missing = dataset.column_names, []
+        elif languages:
+            missing = [source for source in missing if source not in languages]
+            present = [*present, *(f"translation.{language}" for language in sorted(languages))]
         if missing:
             raise InvalidValueError(
                 f"the {split} data has no column(s) {missing} (columns: {present}); set "

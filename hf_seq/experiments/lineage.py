@@ -10,7 +10,8 @@ Writes `lineage.md` (the table, the ordering against the lectures' and samples f
 `lineage.json` (one record per member), `learning_curves.png` (held-out bits per byte against training tokens) and
 one folder per member with its model card. The neural members train through `hf_seq.training.run`; the final
 figures of every member come from one scoring of the full held-out set (`hf_seq.evaluation`), the curves from the
-runs' periodic evaluations on its first `curve_blocks` blocks.
+runs' periodic evaluations on its first `curve_blocks` blocks. The loop, tuning, budgets and summary are the study
+runner's (`study.py`), which the translation lineage (`lineage_translation.py`) shares.
 
 Fairness: every neural member has the same embedding width and tied input/output embeddings, so the embedding
 parameters are equal; the rest of each model (its non-embedding parameters) is sized to the same target. All train
@@ -18,30 +19,23 @@ with the same optimizer, schedule, batch and block size, without dropout (the bu
 """
 
 import json
-import math
 import os
 import time
 from pathlib import Path
 
 from hf_seq.compute import model_flops_per_token
-from hf_seq.errors import InvalidValueError
+from hf_seq.experiments import study
+from hf_seq.experiments.study import (
+    TUNE_FRACTION,
+    Member,
+    count_parameters,
+    finished_run,
+    plot_scaling,
+    save_log_plot,
+    summarize,
+    trial_grid,
+)
 from hf_seq.hub import public_name
-
-TUNE_FRACTION = 0.25  # a tuning trial trains on this share of the member's budget
-EPOCH_FOR_DROPOUT = 1.0  # past this many epochs of the training text, dropout is on by default
-DROPOUT_PAST_AN_EPOCH = 0.1
-MEMBERS = ("ngram", "window", "conv", "elman", "gru", "lstm", "gpt", "ssm")
-LECTURE_ORDER = MEMBERS  # worst to best in the lectures' story (the next chapter's SSM last: Gu and Dao 2023)
-TITLES = {
-    "ngram": "5-gram, interpolated Kneser-Ney",
-    "window": "fixed-window MLP (Bengio et al. 2003)",
-    "conv": "WaveNet, dilated causal convolutions",
-    "ssm": "Mamba, selective state space",
-    "elman": "Elman RNN (tanh)",
-    "gru": "GRU",
-    "lstm": "LSTM",
-    "gpt": "GPT (Transformer decoder)",
-}
 
 # Mamba's sizes, smallest first: (layers, expansion). Sizing its state N instead (the scan's cost grows with N) made
 # a 0.4M member 20x slower than the others (N = 38) and left a 0.1M one three times too large (N = 1 is 315k).
@@ -93,58 +87,87 @@ SETTINGS = {
 
 
 # ---------------------------------------------------------------------------------------------- the members
-def member_model(name: str, s: dict, size: int, dropout: float = 0.0) -> tuple[str, dict]:
-    """(family, config keys) of a neural member whose free size parameter is `size`, with `dropout` on the
-    connections each family regularises (never inside the recurrence or on attention weights)."""
-    width = s["width"]
-    if name == "window":  # y = b + U P tanh(d + H x): h = size hidden units, U tied to C through P
-        model = dict(context_size=s["window_context"], embedding_size=width, hidden_size=size, tie_word_embeddings=True)
-        return "window", model | dict(embedding_dropout=dropout, hidden_dropout=dropout)
-    if name in ("elman", "gru", "lstm"):
+def _window(s: dict, size: int, dropout: float) -> dict:
+    """y = b + U P tanh(d + H x): h = size hidden units, U tied to C through P."""
+    model = dict(
+        context_size=s["window_context"], embedding_size=s["width"], hidden_size=size, tie_word_embeddings=True
+    )
+    return model | dict(embedding_dropout=dropout, hidden_dropout=dropout)
+
+
+def _recurrent(cell_type: str):
+    def config(s: dict, size: int, dropout: float) -> dict:
         dropouts = dict(embedding_dropout=dropout, hidden_dropout=dropout, output_dropout=dropout)
-        model = dict(cell_type=name, embedding_size=width, hidden_size=size, num_hidden_layers=s["rnn_layers"])
+        model = dict(
+            cell_type=cell_type, embedding_size=s["width"], hidden_size=size, num_hidden_layers=s["rnn_layers"]
+        )
         # At the family's default N(0, 0.05) the tied embeddings feed the recurrence inputs so small that the Elman
         # network sat on the unigram plateau for 240 steps of this budget (measured); N(0, 0.3) left it by step 40.
-        return "rnn", model | dropouts | dict(initializer_range=0.3)
-    if name == "gpt":  # width is the model width; the feed-forward width is what is sized
-        heads = max(1, width // 32)
-        model = dict(
-            hidden_size=width,
-            num_attention_heads=heads,
-            num_hidden_layers=s["gpt_layers"],
-            intermediate_size=size,
-            max_position_embeddings=s["block_size"],
-            embedding_dropout=dropout,
-            attention_dropout=0.0,
-            hidden_dropout=dropout,
-        )
-        return "gpt", model
-    if name == "conv":  # WaveNet: residual channels = the width; the skip channels are what is sized
-        model = dict(
-            hidden_size=width,
-            kernel_size=2,
-            dilation_cycle=s["conv_layers"],
-            num_blocks=1,
-            skip_channels=size,
-            tie_word_embeddings=True,
-            dropout=dropout,
-        )
-        return "conv", model
-    if name == "ssm":  # Mamba blocks of the width at the paper's state size N = 16: depth x expansion is sized
-        layers, expand = MAMBA_SHAPES[min(size, len(MAMBA_SHAPES)) - 1]
-        model = dict(ssm_type="mamba", hidden_size=width, num_hidden_layers=layers, expand=expand, state_size=16)
-        return "ssm", model | dict(hidden_dropout=dropout)
-    raise ValueError(f"unknown lineage member {name!r}; allowed values: {list(MEMBERS)}.")
+        return model | dropouts | dict(initializer_range=0.3)
+
+    return config
 
 
-def count_parameters(model) -> tuple[int, int]:
-    """(all parameters, non-embedding parameters): embedding tables (token, position) are left out of the second;
-    a tied output layer shares the token table, so it is counted once."""
-    import torch
+def _gpt(s: dict, size: int, dropout: float) -> dict:
+    """The width is the model width; the feed-forward width is what is sized."""
+    return dict(
+        hidden_size=s["width"],
+        num_attention_heads=max(1, s["width"] // 32),
+        num_hidden_layers=s["gpt_layers"],
+        intermediate_size=size,
+        max_position_embeddings=s["block_size"],
+        embedding_dropout=dropout,
+        attention_dropout=0.0,
+        hidden_dropout=dropout,
+    )
 
-    total = sum(p.numel() for p in model.parameters())
-    embedding = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters())
-    return total, total - embedding
+
+def _conv(s: dict, size: int, dropout: float) -> dict:
+    """WaveNet: residual channels = the width; the skip channels are what is sized."""
+    return dict(
+        hidden_size=s["width"],
+        kernel_size=2,
+        dilation_cycle=s["conv_layers"],
+        num_blocks=1,
+        skip_channels=size,
+        tie_word_embeddings=True,
+        dropout=dropout,
+    )
+
+
+def _ssm(s: dict, size: int, dropout: float) -> dict:
+    """Mamba blocks of the width at the paper's state size N = 16: depth x expansion is sized."""
+    layers, expand = MAMBA_SHAPES[min(size, len(MAMBA_SHAPES)) - 1]
+    model = dict(ssm_type="mamba", hidden_size=s["width"], num_hidden_layers=layers, expand=expand, state_size=16)
+    return model | dict(hidden_dropout=dropout)
+
+
+# The members in the lectures' order, worst to best (the next chapter's SSM last: Gu and Dao 2023). Each neural
+# member's config is a function of the settings, its size parameter and dropout, which it puts on the connections
+# its family regularises (never inside the recurrence or on attention weights).
+ROWS = {
+    row.name: row
+    for row in (
+        Member("ngram", "5-gram, interpolated Kneser-Ney", None),
+        Member("window", "fixed-window MLP (Bengio et al. 2003)", "window", _window),
+        Member("conv", "WaveNet, dilated causal convolutions", "conv", _conv),
+        Member("elman", "Elman RNN (tanh)", "rnn", _recurrent("elman")),
+        Member("gru", "GRU", "rnn", _recurrent("gru")),
+        Member("lstm", "LSTM", "rnn", _recurrent("lstm")),
+        Member("gpt", "GPT (Transformer decoder)", "gpt", _gpt),
+        Member("ssm", "Mamba, selective state space", "ssm", _ssm),
+    )
+}
+MEMBERS = tuple(ROWS)
+LECTURE_ORDER = MEMBERS
+TITLES = {name: row.title for name, row in ROWS.items()}
+
+
+def member_model(name: str, s: dict, size: int, dropout: float = 0.0) -> tuple[str, dict]:
+    """(family, config keys) of a neural member whose free size parameter is `size`."""
+    if name not in ROWS or ROWS[name].family is None:
+        raise ValueError(f"unknown lineage member {name!r}; allowed values: {list(MEMBERS[1:])}.")
+    return ROWS[name].family, ROWS[name].config(s, size, dropout)
 
 
 def build(name: str, s: dict, size: int, vocab_size: int):
@@ -160,18 +183,9 @@ def build(name: str, s: dict, size: int, vocab_size: int):
 
 
 def matched_size(name: str, s: dict, vocab_size: int, target: int | None = None) -> int:
-    """The size parameter whose non-embedding count is closest to `target` (default: the settings'; the count grows
-    with the size parameter)."""
-    target = target or s["target"]
-    lo, hi = 1, 256 * s["width"]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if count_parameters(build(name, s, mid, vocab_size))[1] <= target:
-            lo = mid
-        else:
-            hi = mid
-    error = lambda size: abs(count_parameters(build(name, s, size, vocab_size))[1] - target)
-    return min((lo, hi), key=error)
+    """The size parameter whose non-embedding count is closest to `target` (default: the settings')."""
+    count = lambda size: count_parameters(build(name, s, size, vocab_size))[1]
+    return study.matched_size(count, target or s["target"], 256 * s["width"])
 
 
 # ---------------------------------------------------------------------------------------------- data and scoring
@@ -259,35 +273,6 @@ def sample_neural(model, prompt, s, eos_token_id) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
-# ---------------------------------------------------------------------------------------------- tuning
-def trial_grid(count: int, s: dict, past_epoch: bool) -> list[dict]:
-    """The same `count` trials for every member: learning rates spread over [lr / 4, 4 lr] on a log scale and, once
-    the budget passes an epoch, dropout over [0, 0.4], drawn from a Halton sequence (bases 2 and 3), so any count
-    covers the square evenly and the first trial is always the default learning rate."""
-
-    def halton(index: int, base: int) -> float:
-        value, fraction = 0.0, 1.0
-        while index:
-            fraction /= base
-            value += fraction * (index % base)
-            index //= base
-        return value
-
-    trials = []
-    for k in range(count):
-        u = 0.5 if k == 0 else halton(k + 1, 2)
-        trial = {"learning_rate": s["learning_rate"] * 4 ** (2 * u - 1)}
-        trial["dropout"] = round(0.4 * halton(k + 1, 3), 3) if past_epoch else default_dropout(past_epoch)
-        trials.append(trial)
-    return trials
-
-
-def default_dropout(past_epoch: bool) -> float:
-    """Dropout when nothing is tuned: off within an epoch (no sample is seen twice, so there is nothing to
-    overfit), 0.1 past it."""
-    return DROPOUT_PAST_AN_EPOCH if past_epoch else 0.0
-
-
 # ---------------------------------------------------------------------------------------------- report
 def plot_curves(records: list[dict], path: Path, title: str) -> None:
     import matplotlib
@@ -303,94 +288,6 @@ def plot_curves(records: list[dict], path: Path, title: str) -> None:
         style = "s--" if record["name"] == "ngram" else "o-"
         ax.plot(*zip(*points), style, ms=3, lw=1.5, label=record["title"])
     save_log_plot(fig, ax, "training tokens", "held-out bits per byte (validation)", title, path)
-
-
-def save_log_plot(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> None:
-    """The lineage's plots: a log x axis, a grid, the legend, saved at 120 dpi."""
-    import matplotlib.pyplot as plt
-
-    ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_scaling(summary: list[dict], metric: str, path: Path, title: str) -> None:
-    """Held-out bits per byte against non-embedding parameters, one line per member (the n-gram, which has no such
-    parameters, as a horizontal line), with the seeds' range as error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name in dict.fromkeys(row["name"] for row in summary):
-        rows = sorted((r for r in summary if r["name"] == name), key=lambda r: r["target"])
-        if name == "ngram":
-            ax.axhline(rows[0]["mean"], ls="--", color="gray", label=rows[0]["title"])
-            continue
-        x = [r["non_embedding_params"] for r in rows]
-        y = [r["mean"] for r in rows]
-        spread = [[r["mean"] - r["min"] for r in rows], [r["max"] - r["mean"] for r in rows]]
-        ax.errorbar(x, y, yerr=spread, fmt="o-", ms=4, lw=1.5, capsize=3, label=rows[0]["title"])
-    save_log_plot(fig, ax, "non-embedding parameters", metric.replace("_", " "), title, path)
-
-
-def summarize(records: list[dict], metric: str) -> list[dict]:
-    """One row per (size, member): the mean of `metric` over the seeds, its range, and the member's settings."""
-    import statistics
-
-    rows = {}
-    for r in records:
-        rows.setdefault((r["target"], r["name"]), []).append(r)
-    summary = []
-    for (target, name), group in rows.items():
-        values = [r[metric] for r in group]
-        first = group[0]
-        summary.append(
-            {
-                "target": target,
-                "name": name,
-                "title": first["title"],
-                "non_embedding_params": first["non_embedding_params"],
-                "mean": statistics.fmean(values),
-                "min": min(values),
-                "max": max(values),
-                "seeds": len(values),
-            }
-        )
-    return summary
-
-
-def ordering_notes(rows: list[dict]) -> list[str]:
-    """Where the measured ranking (lower bits per byte is better) inverts the lectures' order, and whether each such
-    difference exceeds the seeds' spread (the two ranges do not overlap) or not."""
-    by_name = {r["name"]: r for r in rows}
-    lecture = [m for m in LECTURE_ORDER if m in by_name]
-    notes = []
-    for i, earlier in enumerate(lecture):
-        for later in lecture[i + 1 :]:
-            a, b = by_name[earlier], by_name[later]
-            if b["mean"] > a["mean"]:
-                clear = b["min"] > a["max"]
-                seeded = max(a["seeds"], b["seeds"]) > 1
-                notes.append(
-                    f"{later} ({b['mean']:.3f}) is worse than {earlier} ({a['mean']:.3f})"
-                    + ("" if not seeded else (", beyond the seeds' spread" if clear else ", within the spread"))
-                )
-    return notes
-
-
-def separations(rows: list[dict]) -> list[str]:
-    """Neighbours in the measured order whose seed ranges do not overlap: the differences the seeds resolve."""
-    ranked = sorted(rows, key=lambda r: r["mean"])
-    resolved = [(a, b) for a, b in zip(ranked, ranked[1:]) if max(a["seeds"], b["seeds"]) > 1 and a["max"] < b["min"]]
-    return [f"{a['name']} < {b['name']}" for a, b in resolved]
 
 
 def write_report(result: dict, output_dir: Path) -> None:
@@ -428,24 +325,7 @@ def write_report(result: dict, output_dir: Path) -> None:
                 f"{fmt(r['epochs'], '.2f')} | {r['validation_bits_per_byte']:.3f} | "
                 f"{fmt(r['test_bits_per_byte'], '.3f')} | {fmt(r['test_perplexity'], '.1f')} | {r['seconds']:.0f} |"
             )
-        notes, resolved = ordering_notes(rows), separations(rows)
-        ranked = sorted(rows, key=lambda r: r["mean"])
-        spread = lambda r: "" if r["seeds"] == 1 else f" [{r['min']:.3f}-{r['max']:.3f}]"
-        lines += [
-            "",
-            "Measured order, best first: " + " < ".join(f"{r['name']} {r['mean']:.3f}{spread(r)}" for r in ranked),
-            "",
-            "Lectures' order, worst first: "
-            + " > ".join(m for m in LECTURE_ORDER if any(r["name"] == m for r in rows))
-            + ". "
-            + (
-                "Inversions: " + "; ".join(notes) + "."
-                if notes
-                else "No inversion: the measured order is the lectures'."
-            )
-            + (f" Differences beyond the seeds' spread: {', '.join(resolved)}." if result["seeds"] > 1 else ""),
-            "",
-        ]
+        lines += study.ordering_lines(rows, LECTURE_ORDER, result["seeds"])
     lines += [
         "The n-gram's parameters are its distinct stored n-grams (it has no embedding and no FLOPs figure), its seconds "
         "the counting; it is fit once and the same for every size and seed. FLOPs per token: 6 x the parameters a "
@@ -488,29 +368,14 @@ def run(
     """Train and score every member at every size and seed; write lineage.md, lineage.json, learning_curves.png
     (and scaling.png for several sizes) and the member folders into `output_dir`. Returns what lineage.json holds."""
     import numpy as np
-    import torch
 
     from hf_seq import tasks
     from hf_seq.evaluation import token_byte_lengths
     from hf_seq.recipes import load_recipe
 
     s = dict(SETTINGS["quick" if quick else "default"])
-    given = {k: v for k, v in dict(tokens=budget_tokens, seconds=budget_seconds, flops=budget_flops).items() if v}
-    if len(given) > 1:
-        raise InvalidValueError(
-            f"lineage: give one budget (--budget-tokens, --budget-seconds or --budget-flops), got {sorted(given)}"
-        )
-    for kind, value in given.items():
-        if value <= 0:
-            raise InvalidValueError(f"lineage: --budget-{kind} must be positive, got {value!r}")
-    for name in members:
-        if name not in MEMBERS:
-            raise InvalidValueError(f"lineage: unknown member {name!r}; allowed values: {list(MEMBERS)}.")
-    if seeds < 1 or tune < 0:
-        raise InvalidValueError(f"lineage: --seeds must be >= 1 and --tune >= 0, got {seeds} and {tune}")
-    sizes = sorted(sizes) if sizes else [s["target"]]
-    if any(size <= 0 for size in sizes):
-        raise InvalidValueError(f"lineage: --sizes must be positive parameter counts, got {sizes}")
+    budgets = dict(tokens=budget_tokens, seconds=budget_seconds, flops=budget_flops)
+    given, sizes = study.check_arguments(members, MEMBERS, budgets, seeds, tune, sizes, s["target"], "language_model")
     if given:
         s["budget_tokens"] = budget_tokens
     if max_chars is not None:
@@ -546,46 +411,30 @@ def run(
         + f", vocab {vocab_size}"
     )
 
-    records = []
-    ngram = None
-    for target in sizes:
-        for name in members:
-            if name == "ngram":
-                # counting is deterministic: one fit, one record per size, no seeds
-                # a token budget holds for the counts too; under a FLOPs or seconds budget they see every token
-                tokens = s["budget_tokens"] if "tokens" in given or not given else None
-                ngram = ngram or fit_ngram(context, train_stream, vocab_size, tokens, output_dir / "ngram")
-                records.append(ngram | {"target": target, "seed": 0})
-                continue
-            plan = plan_member(name, s, target, vocab_size, tokens_per_step, len(train_stream), given)
-            trials = []
-            chosen = {"learning_rate": s["learning_rate"], "dropout": default_dropout(plan["past_epoch"])}
-            if tune:
-                for k, trial in enumerate(trial_grid(tune, s, plan["past_epoch"])):
-                    folder = output_dir / "trials" / f"{name}-{target}-{k}"
-                    steps = max(1, math.ceil(plan["steps"] * TUNE_FRACTION)) if plan["steps"] else None
-                    seconds = budget_seconds * TUNE_FRACTION if budget_seconds else None
-                    got = train_member(context, name, plan, trial, seed=0, folder=folder, steps=steps, seconds=seconds)
-                    trials.append(trial | {k: got[k] for k in ("eval_loss", "eval_bits_per_byte", "steps")})
-                    say(f"lineage: {name} trial {k}: {trial} -> {got['eval_bits_per_byte']:.4f} bits per byte")
-                chosen = min(trials, key=lambda t: t["eval_loss"])
-                chosen = {k: chosen[k] for k in ("learning_rate", "dropout")}
-            for seed in range(seeds):
-                single = len(sizes) == 1 and seeds == 1
-                folder = output_dir / (name if single else f"{name}-{target}-seed{seed}")
-                say(f"lineage: training {name} (size {target:,}, seed {seed}, {chosen})")
-                record = train_member(context, name, plan, chosen, seed=seed, folder=folder, steps=plan["steps"],
-                                      seconds=budget_seconds, score=True)  # fmt: skip
-                records.append(record | {"target": target, "seed": seed, "trials": trials})
-                say(f"lineage: {name}: {record[metric]:.4f} {metric.replace('_', ' ')}")
+    ngram = {}
 
-    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    if budget_tokens or not given:
-        budget = f"{s['budget_tokens']:,} training tokens per member"
-    elif budget_flops:
-        budget = f"{budget_flops:.3g} training FLOPs per member"
-    else:
-        budget = f"{budget_seconds:g} s of training per member"
+    def fixed(name, target):
+        """The n-gram: counting is deterministic, so one fit serves every size (and has no seeds); a token budget
+        holds for the counts too, under a FLOPs or seconds budget they see every token."""
+        if name != "ngram":
+            return None
+        if not ngram:
+            tokens = s["budget_tokens"] if "tokens" in given or not given else None
+            ngram.update(fit_ngram(context, train_stream, vocab_size, tokens, output_dir / "ngram"))
+        return dict(ngram)
+
+    def plan(name, target):
+        return plan_member(name, s, target, vocab_size, tokens_per_step, len(train_stream), given)
+
+    def train(name, plan_, settings, seed, folder, steps, seconds, score=False):
+        record = train_member(context, name, plan_, settings, seed, folder, steps, seconds, score)
+        if score:
+            say(f"lineage: {name}: {record[metric]:.4f} {metric.replace('_', ' ')}")
+        return record
+
+    records = study.train_all(members, sizes, seeds, tune, s, budget_seconds, output_dir, plan, train, fixed, say)
+
+    budget = study.budget_text(given, s["budget_tokens"])
     result = {
         "corpus": corpus_name,
         "validation": public_name(validation) if validation else "held out from the training text",
@@ -608,8 +457,7 @@ def run(
         "eval_tokens": records[0]["eval_tokens"] if records else 0,
         "eval_bytes": records[0]["eval_bytes"] if records else 0,
         "prompt": tokenizer.decode(prompt),
-        "machine": f"{os.cpu_count()} CPU cores, torch {torch.__version__}, 1-min load {load_before:.2f} before and "
-        f"{load_after:.2f} after",
+        "machine": study.machine(load_before),
         "settings": s,
         "members": records,
         "summary": summarize(records, metric),
@@ -629,13 +477,7 @@ def plan_member(name, s, target, vocab_size, tokens_per_step, corpus_tokens, giv
     model = build(name, s, size, vocab_size)
     params, non_embedding = count_parameters(model)
     flops = model_flops_per_token(model, s["block_size"])
-    if "flops" in given:
-        steps = max(1, math.ceil(given["flops"] / (flops * tokens_per_step)))
-    elif "seconds" in given:
-        steps = None
-    else:
-        steps = math.ceil((given.get("tokens") or s["budget_tokens"]) / tokens_per_step)
-    past_epoch = steps is not None and steps * tokens_per_step > EPOCH_FOR_DROPOUT * corpus_tokens
+    steps, past_epoch = study.plan_steps(given, s["budget_tokens"], flops, tokens_per_step, corpus_tokens)
     return dict(size=size, params=params, non_embedding=non_embedding, flops=flops, steps=steps, past_epoch=past_epoch)
 
 
@@ -666,22 +508,6 @@ def fit_ngram(context, train_stream, vocab_size, budget_tokens, folder: Path) ->
     record["prompt_text"] = prepared.tokenizer.decode(context["prompt"])
     write_ngram_card(folder, record, public_name(context["corpus"]))
     return record
-
-
-def finished_run(folder: Path, recipe) -> dict | None:
-    """The summary of a run already finished in `folder` with exactly this recipe (its weights checked against
-    their recorded checksums), else None: a study stopped part-way and started again with the same command trains
-    only what it had not finished."""
-    from hf_seq.checksums import verify_checksums
-
-    done = [folder / name for name in ("recipe.json", "metrics.json", "model.safetensors", "checksums.json")]
-    if not all(path.exists() for path in done) or json.loads(done[0].read_text()) != recipe.to_dict():
-        return None
-    try:
-        verify_checksums(folder)
-    except Exception:  # noqa: BLE001  (damaged: train it again)
-        return None
-    return json.loads(done[1].read_text())
 
 
 def with_prefix(metrics: dict, prefix: str) -> dict:
@@ -724,11 +550,7 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
         summary = train(recipe, progress=context["progress"], overwrite=True)
     elif context["progress"]:
         print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
-    got = {
-        "eval_loss": summary["eval_loss"],
-        "eval_bits_per_byte": summary["eval_bits_per_byte"],
-        "steps": summary["steps"],
-    }
+    got = {k: summary[k] for k in ("eval_loss", "eval_bits_per_byte", "steps")}
     if not score:
         return got
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
