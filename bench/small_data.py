@@ -80,7 +80,7 @@ def main() -> None:
                 recipe = load_recipe(recipe_for(overrides, folder, args.steps, seed, args.eval_examples))
                 summary = run(recipe, progress=False)
                 row = {"variant": name, "seed": seed, "seconds": time.perf_counter() - start}
-                row |= {k: summary[k] for k in ("eval_loss", "eval_bleu", "eval_chrf", "eval_repetition_rate")}
+                row |= {k: summary[k] for k in ("eval_loss", "eval_bleu", "eval_chrf", "eval_repetition_rate", "eval_length_ratio")}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         base = Path(tmp) / "base-0"

@@ -21,7 +21,8 @@ splits are written to `data/` as JSON lines, and every member trains on those fi
 Fairness: one embedding width for every member and tied embeddings where the family allows it (the Sutskever model's
 linear output layer reads its LSTM state, which is the size parameter, so it keeps its own output layer); the rest of
 each model (its non-embedding parameters: the output layer is counted as an embedding) is sized to the same target.
-All train with the same optimizer, schedule, batch and pairs, keep the evaluation with the highest validation BLEU
+All train with the same optimizer, schedule and pairs, on token-budget batches (`data.batch_tokens`: about
+`batch_size` pairs of the corpus's mean length a step), keep the evaluation with the highest validation BLEU
 (`training.select_by: bleu`; tuning trials compare validation losses), and translate the test set with the same beam
 search, scored by `tasks.evaluate` as `hf-seq evaluate` scores a run.
 """
@@ -269,7 +270,7 @@ def plan_member(name, s, target, vocab_size, lengths, corpus_tokens, given) -> d
     model = build(name, s, size, vocab_size)
     params, non_embedding = count_parameters(model)
     flops = seq2seq_flops_per_token(model, *lengths)
-    tokens_per_step = s["batch_size"] * sum(lengths)
+    tokens_per_step = round(s["batch_size"] * sum(lengths))
     steps, past_epoch = study.plan_steps(given, s["budget_tokens"], flops, tokens_per_step, corpus_tokens)
     return dict(
         size=size,
@@ -299,6 +300,10 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     member_recipe = base_recipe(s, paths, folder, str(context["tokenizer_dir"]))
     member_recipe |= {"family": row.family, "model": model_keys}
     member_recipe["data"]["eval_examples"] = s["eval_pairs"]
+    # token-budget batches of as many tokens as batch_size pairs hold on average: about 3x the pairs per second of
+    # fixed-size batches on these lengths (bench/results/batching_cpu.md); training.batch_size stays the
+    # evaluations' batch
+    member_recipe["data"]["batch_tokens"] = plan["tokens_per_step"]
     member_recipe["training"] |= {
         "max_steps": steps,
         "max_seconds": seconds,
