@@ -80,7 +80,10 @@ def main() -> None:
                 recipe = load_recipe(recipe_for(overrides, folder, args.steps, seed, args.eval_examples))
                 summary = run(recipe, progress=False)
                 row = {"variant": name, "seed": seed, "seconds": time.perf_counter() - start}
-                row |= {k: summary[k] for k in ("eval_loss", "eval_bleu", "eval_chrf", "eval_repetition_rate", "eval_length_ratio")}
+                row |= {
+                    k: summary[k]
+                    for k in ("eval_loss", "eval_bleu", "eval_chrf", "eval_repetition_rate", "eval_length_ratio")
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         base = Path(tmp) / "base-0"
@@ -106,7 +109,11 @@ def main() -> None:
         f"one setting changed at a time, validation BLEU / chrF on {args.eval_examples} pairs with beam search of 5, "
         f"seeds: {args.seeds}.",
         "",
-        f"Machine: {before} (before); {machine_description('cpu')} (after).",
+        "Machine, at the start:",
+        *before,
+        "",
+        "and at the end:",
+        *machine_description("cpu"),
         "",
         "| variant | validation BLEU | chrF | NLL (nats / token) | repetition rate | seconds |",
         "|---|---|---|---|---|---|",
