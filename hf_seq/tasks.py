@@ -562,15 +562,16 @@ def label_names(recipe, task: Task, splits) -> list[str]:
     return sorted(values)
 
 
-def evaluate(recipe, prepared: Prepared, model, device) -> dict:
+def evaluate(recipe, prepared: Prepared, model, device, generate_for=None) -> dict:
     """Every held-out set's metrics (`eval_*`, and `test_*` when there is a test set), with what was cut or capped.
-    Runs under a forked RNG, so evaluating changes nothing that training draws next."""
+    `generate_for`: the held-out sets ("eval", "test") whose generated text is scored too (BLEU and the rest, for
+    seq2seq); default all of them. Runs under a forked RNG, so evaluating changes nothing that training draws next."""
     metrics = {}
     devices = [] if torch.device(device).type == "cpu" else [device]
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(recipe.training.seed)
         for prefix, encoded in prepared.held_out.items():
-            rows = prepared.held_out_rows[prefix]
+            rows = prepared.held_out_rows[prefix] if generate_for is None or prefix in generate_for else None
             metrics |= prepared.task.score(
                 prepared.task, recipe, model, prepared.tokenizer, encoded, rows, device, prefix
             )

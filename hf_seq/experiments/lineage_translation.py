@@ -27,7 +27,6 @@ All train with the same optimizer, schedule and pairs, on token-budget batches (
 search, scored by `tasks.evaluate` as `hf-seq evaluate` scores a run.
 """
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -339,9 +338,8 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     curve = json.loads((folder / "metrics.json").read_text())["evaluations"]
     record["curve"] = [{k: c.get(k) for k in ("step", "seconds", "eval_loss", "eval_bleu")} for c in curve]
     # the kept weights, scored once by `tasks.evaluate` as `hf-seq evaluate` scores them: the perplexity of the whole
-    # validation split (not translated: rows None), and the test split, perplexity and translations
-    scored = dataclasses.replace(prepared, held_out_rows={"eval": None, "test": prepared.held_out_rows["test"]})
-    metrics = tasks.evaluate(recipe, scored, model, "cpu")
+    # validation split (not translated), and the test split, perplexity and translations
+    metrics = tasks.evaluate(recipe, prepared, model, "cpu", generate_for=("test",))
     record |= {f"validation_{k}": metrics[f"eval_{k}"] for k in ("loss", "perplexity")}
     record |= {k: v for k, v in metrics.items() if k.startswith("test_") and k != "test_examples"}
     record["decoding"] = tasks.decoding(recipe)
