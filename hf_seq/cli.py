@@ -280,29 +280,25 @@ def cmd_lineage(args) -> None:
         threads=args.threads,
     )
     corpus = args.corpus if args.corpus is None or len(args.corpus) > 1 else args.corpus[0]
-    if args.task == "translation":
-        if args.max_chars is not None:
-            raise InvalidValueError("lineage: --max-chars is for --task language_model (translation reads every pair)")
-        result = lineage_translation.run(
-            corpus=corpus or lineage_translation.DEFAULT_CORPUS,
-            members=tuple(args.members.split(",")) if args.members else lineage_translation.MEMBERS,
-            source_column=args.source_column or "source",
-            target_column=args.target_column or "target",
-            **shared,
-        )
-        files = "lineage.md, lineage.json, bleu_by_length.png and the alignment pictures"
-    else:
-        for option in ("source_column", "target_column"):
-            if getattr(args, option) is not None:
+    # the two studies on one runner: its module, the corpus it reads by default, the options only it takes, its files
+    studies = {
+        "language_model": (lineage, "stdlib", ("max_chars",), "lineage.md, lineage.json and learning_curves.png"),
+        "translation": (
+            lineage_translation,
+            lineage_translation.DEFAULT_CORPUS,
+            ("source_column", "target_column"),
+            "lineage.md, lineage.json, bleu_by_length.png and the alignment pictures",
+        ),
+    }
+    study, default_corpus, own_options, files = studies[args.task]
+    for other, (_, _, options, _) in studies.items():
+        for option in options:
+            if other != args.task and getattr(args, option) is not None:
                 flag = "--" + option.replace("_", "-")
-                raise InvalidValueError(f"lineage: {flag} {getattr(args, option)!r} is for --task translation")
-        result = lineage.run(
-            corpus=corpus or "stdlib",
-            members=tuple(args.members.split(",")) if args.members else lineage.MEMBERS,
-            max_chars=args.max_chars,
-            **shared,
-        )
-        files = "lineage.md, lineage.json and learning_curves.png"
+                raise InvalidValueError(f"lineage: {flag} {getattr(args, option)!r} is for --task {other}")
+    given = {option: getattr(args, option) for option in own_options if getattr(args, option) is not None}
+    members = tuple(args.members.split(",")) if args.members else study.MEMBERS
+    result = study.run(corpus=corpus or default_corpus, members=members, **given, **shared)
     metric = result["metric"]
     best_first = -1 if metric.endswith("bleu") else 1
     width = max([7, *(len(row["name"]) for row in result["summary"])])
