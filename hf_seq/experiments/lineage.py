@@ -29,7 +29,6 @@ from hf_seq.experiments.study import (
     TUNE_FRACTION,
     Member,
     count_parameters,
-    finished_run,
     plot_scaling,
     save_log_plot,
     summarize,
@@ -521,8 +520,6 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     from transformers import AutoModelForCausalLM
 
     from hf_seq.evaluation import evaluate_language_model
-    from hf_seq.recipes import load_recipe
-    from hf_seq.training import run as train
 
     s, prepared = context["s"], context["prepared"]
     family_name, model_keys = member_model(name, s, plan["size"], settings["dropout"])
@@ -531,25 +528,9 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     member_recipe = base_recipe(s, context["corpus"], folder, str(context["tokenizer_dir"]), validation)
     member_recipe |= {"family": family_name, "model": model_keys}
     member_recipe["data"]["eval_examples"] = s["curve_blocks"]
-    member_recipe["training"] |= {
-        "max_steps": steps,
-        "max_seconds": seconds,
-        "threads": context["threads"],
-        "seed": seed,
-        "batch_size": s["batch_size"],
-        "learning_rate": settings["learning_rate"],
-        "warmup_steps": s["warmup_steps"],
-        "eval_every": s["eval_every"],
-        "save_every": 10**9,  # no checkpoints inside the budget
-        "select_by": "loss",
-    }
+    member_recipe["training"] |= study.member_training(s, context, settings, seed, steps, seconds, select_by="loss")
     member_recipe["card"] = {"description": f"The {TITLES[name]} member of the hf-seq lineage study."}
-    recipe = load_recipe(member_recipe)
-    summary = finished_run(folder, recipe)
-    if summary is None:
-        summary = train(recipe, progress=context["progress"], overwrite=True)
-    elif context["progress"]:
-        print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
+    recipe, summary = study.train_or_reuse(member_recipe, folder, context["progress"])
     got = {k: summary[k] for k in ("eval_loss", "eval_bits_per_byte", "steps")}
     if not score:
         return got

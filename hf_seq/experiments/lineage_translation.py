@@ -34,7 +34,7 @@ from pathlib import Path
 from hf_seq.compute import seq2seq_flops_per_token
 from hf_seq.errors import InvalidValueError
 from hf_seq.experiments import study
-from hf_seq.experiments.study import TUNE_FRACTION, Member, count_parameters, finished_run, summarize
+from hf_seq.experiments.study import TUNE_FRACTION, Member, count_parameters, summarize
 from hf_seq.hub import public_name
 
 SETTINGS = {
@@ -290,8 +290,6 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     from transformers import AutoModelForSeq2SeqLM
 
     from hf_seq import tasks
-    from hf_seq.recipes import load_recipe
-    from hf_seq.training import run as train
 
     s, prepared, row = context["s"], context["prepared"], ROWS[name]
     model_keys = row.config(s, plan["size"], settings["dropout"])
@@ -303,28 +301,14 @@ def train_member(context, name, plan, settings, seed, folder, steps, seconds, sc
     # fixed-size batches on these lengths (bench/results/batching_cpu.md); training.batch_size stays the
     # evaluations' batch
     member_recipe["data"]["batch_tokens"] = plan["tokens_per_step"]
-    member_recipe["training"] |= {
-        "max_steps": steps,
-        "max_seconds": seconds,
-        "threads": context["threads"],
-        "seed": seed,
-        "batch_size": s["batch_size"],
-        "learning_rate": settings["learning_rate"],
-        "warmup_steps": s["warmup_steps"],
-        "eval_every": s["eval_every"],
-        "save_every": 10**9,  # no checkpoints inside the budget
-        # tuning trials compare validation losses; a final run keeps its evaluation of highest validation BLEU
-        "select_by": "bleu" if score else "loss",
+    # tuning trials compare validation losses; a final run keeps its evaluation of highest validation BLEU
+    training = study.member_training(s, context, settings, seed, steps, seconds, "bleu" if score else "loss")
+    member_recipe["training"] |= training | {
         "generation_num_beams": s["num_beams"],
         "generation_max_new_tokens": s["max_new_tokens"],  # None: a x source + b (the recipe's default)
     }
     member_recipe["card"] = {"description": f"The {row.title} member of the hf-seq translation lineage."}
-    recipe = load_recipe(member_recipe)
-    summary = finished_run(folder, recipe)
-    if summary is None:
-        summary = train(recipe, progress=context["progress"], overwrite=True)
-    elif context["progress"]:
-        print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
+    recipe, summary = study.train_or_reuse(member_recipe, folder, context["progress"])
     got = {k: summary[k] for k in ("eval_loss", "steps")}
     if not score:
         return got

@@ -162,6 +162,38 @@ def finished_run(folder: Path, recipe) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------------------- the loop
+def member_training(s: dict, context: dict, settings: dict, seed: int, steps, seconds, select_by: str) -> dict:
+    """The training section every member of a study shares: its budget, seed and tuned learning rate, the study's
+    batch, warm-up and evaluations, no checkpoints inside the budget, and the metric that selects the weights."""
+    return {
+        "max_steps": steps,
+        "max_seconds": seconds,
+        "threads": context["threads"],
+        "seed": seed,
+        "batch_size": s["batch_size"],
+        "learning_rate": settings["learning_rate"],
+        "warmup_steps": s["warmup_steps"],
+        "eval_every": s["eval_every"],
+        "save_every": 10**9,
+        "select_by": select_by,
+    }
+
+
+def train_or_reuse(member_recipe: dict, folder: Path, progress: bool):
+    """(the recipe, the run's summary): trained through `hf_seq.training.run`, or a finished run of the very same
+    recipe in `folder` reused."""
+    from hf_seq.recipes import load_recipe
+    from hf_seq.training import run as train
+
+    recipe = load_recipe(member_recipe)
+    summary = finished_run(folder, recipe)
+    if summary is None:
+        summary = train(recipe, progress=progress, overwrite=True)
+    elif progress:
+        print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
+    return recipe, summary
+
+
 def train_all(
     members, sizes, seeds: int, tune: int, s: dict, budget_seconds, output_dir: Path, plan, train, fixed=None, say=print
 ) -> list[dict]:
