@@ -350,13 +350,14 @@ def plot_bleu_by_length(records: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     first_words = {b["bucket"]: b["min_words"] for record in records for b in record["test_bleu_by_length"]}
+    sentences = {b["bucket"]: b["sentences"] for record in records for b in record["test_bleu_by_length"]}
     buckets = sorted(first_words, key=first_words.get)
     for record in records:
         points = {b["bucket"]: b["bleu"] for b in record["test_bleu_by_length"]}
         x = [i for i, name in enumerate(buckets) if name in points]
         ax.plot(x, [points[buckets[i]] for i in x], "o-", ms=4, lw=1.5, label=record["title"])
-    ax.set_xticks(range(len(buckets)), buckets)
-    study.save_log_plot(fig, ax, "source length (words)", "test BLEU", title, path, log_x=False)
+    ax.set_xticks(range(len(buckets)), [f"{name}\n({sentences[name]})" for name in buckets])  # a bucket's sentences
+    study.save_log_plot(fig, ax, "source length in words (test sentences)", "test BLEU", title, path, log_x=False)
 
 
 def write_report(result: dict, output_dir: Path) -> None:
