@@ -26,6 +26,7 @@ Every .deb in DEB_FOLDER is read; the output depends only on the packages' conte
 Writes OUT_FOLDER/{train,valid,test}.jsonl  ({"en": ..., "<lang>": ...} per line) and
 prints counts as JSON on stdout.
 """
+
 import argparse
 import difflib
 import hashlib
@@ -45,7 +46,7 @@ def deb_members(path):
     """Yield (name, bytes) of the ar members of a .deb."""
     with open(path, "rb") as f:
         if f.read(8) != b"!<arch>\n":
-            raise ValueError("not a .deb: %s" % path)
+            raise ValueError(f"not a .deb: {path}")
         while True:
             hdr = f.read(60)
             if len(hdr) < 60:
@@ -66,7 +67,7 @@ def deb_files(path, want):
             continue
         mode = {"data.tar.xz": "r:xz", "data.tar.gz": "r:gz", "data.tar.bz2": "r:bz2", "data.tar": "r:"}.get(name)
         if mode is None:
-            raise ValueError("%s: unsupported member %s (zstd?)" % (path, name))
+            raise ValueError(f"{path}: unsupported member {name} (zstd?)")
         with tarfile.open(fileobj=io.BytesIO(data), mode=mode) as tf:
             for m in tf:
                 if m.isfile():
@@ -92,10 +93,10 @@ LANG_PATTERNS = [
 ]
 
 
-def norm_lang(l):
-    if l == "C":
+def norm_lang(code):
+    if code == "C":
         return "en"
-    return l.split("-")[0].split("_")[0].lower() if l else l
+    return code.split("-")[0].split("_")[0].lower() if code else code
 
 
 def doc_key(path):
@@ -104,7 +105,7 @@ def doc_key(path):
         m = pat.search(path)
         if m:
             lang = norm_lang(m.group("l"))
-            key = path[: m.start("l")] + "{L}" + path[m.end("l"):]
+            key = path[: m.start("l")] + "{L}" + path[m.end("l") :]
             # packages named foo-es ship under /usr/share/doc/foo-es/
             key = re.sub(r"/([a-z0-9.+-]+?)-(?:en|es|fr|de)(?=/)", r"/\1", key)
             return lang, key
@@ -114,18 +115,88 @@ def doc_key(path):
 # --------------------------------------------------------------------------- text blocks
 
 BLOCK_TAGS = {
-    "p", "div", "li", "dt", "dd", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "title",
-    "caption", "blockquote", "table", "tr", "ul", "ol", "dl", "section", "item", "desc", "note",
-    "body", "head", "figure", "list", "terms", "tree", "steps", "links", "subtitle", "br", "tbody",
-    "thead", "listitem", "para", "simpara", "entry", "row", "term", "varlistentry", "page",
+    "p",
+    "div",
+    "li",
+    "dt",
+    "dd",
+    "td",
+    "th",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "title",
+    "caption",
+    "blockquote",
+    "table",
+    "tr",
+    "ul",
+    "ol",
+    "dl",
+    "section",
+    "item",
+    "desc",
+    "note",
+    "body",
+    "head",
+    "figure",
+    "list",
+    "terms",
+    "tree",
+    "steps",
+    "links",
+    "subtitle",
+    "br",
+    "tbody",
+    "thead",
+    "listitem",
+    "para",
+    "simpara",
+    "entry",
+    "row",
+    "term",
+    "varlistentry",
+    "page",
 }
-SKIP_TAGS = {"pre", "script", "style", "screen", "programlisting", "code-block", "info", "synopsis",
-             "media", "svg", "math", "comment"}
+SKIP_TAGS = {
+    "pre",
+    "script",
+    "style",
+    "screen",
+    "programlisting",
+    "code-block",
+    "info",
+    "synopsis",
+    "media",
+    "svg",
+    "math",
+    "comment",
+}
 # inline elements whose content is untranslatable: used in the alignment signature
 CODE_TAGS = {"code", "cmd", "sys", "file", "tt", "command", "filename", "literal", "var", "output", "input"}
-NAV_CLASSES = {"docnav", "navheader", "navfooter", "toc", "index", "legalnotice", "revhistory",
-               "footnotes", "author", "authorgroup", "othercredit", "copyright", "list-of-tables",
-               "list-of-examples", "list-of-figures", "breadcrumb", "mw-navigation", "calloutlist"}
+NAV_CLASSES = {
+    "docnav",
+    "navheader",
+    "navfooter",
+    "toc",
+    "index",
+    "legalnotice",
+    "revhistory",
+    "footnotes",
+    "author",
+    "authorgroup",
+    "othercredit",
+    "copyright",
+    "list-of-tables",
+    "list-of-examples",
+    "list-of-figures",
+    "breadcrumb",
+    "mw-navigation",
+    "calloutlist",
+}
 VOID = {"br", "img", "hr", "meta", "link", "input", "col", "area", "base", "wbr", "embed", "source"}
 
 
@@ -160,12 +231,19 @@ class BlockParser(HTMLParser):
             return
         a = dict(attrs)
         cls = set((a.get("class") or "").split()) | {a.get("id") or ""}
-        skipping = tag in SKIP_TAGS or bool(cls & NAV_CLASSES) or "programlisting" in cls \
-            or "screen" in cls or "synopsis" in cls or "literallayout" in cls
+        skipping = (
+            tag in SKIP_TAGS
+            or bool(cls & NAV_CLASSES)
+            or "programlisting" in cls
+            or "screen" in cls
+            or "synopsis" in cls
+            or "literallayout" in cls
+        )
         if tag in ("title",) and self.stack and self.stack[-1][0] == "head":
             skipping = True
-        is_code = not skipping and not self.skip and tag not in BLOCK_TAGS \
-            and (tag in CODE_TAGS or bool(cls & CODE_TAGS))
+        is_code = (
+            not skipping and not self.skip and tag not in BLOCK_TAGS and (tag in CODE_TAGS or bool(cls & CODE_TAGS))
+        )
         self.stack.append((tag, skipping, is_code))
         if skipping:
             self.skip += 1
@@ -193,7 +271,7 @@ class BlockParser(HTMLParser):
         popped = self.stack[idx:]
         del self.stack[idx:]
         was_skip = self.skip
-        for t, s, c in popped:
+        for _tag, s, c in popped:
             if s:
                 self.skip -= 1
             if c and not was_skip:
@@ -260,7 +338,7 @@ def po_unquote(s):
     s = s.strip()
     if s.startswith('"') and s.endswith('"'):
         s = s[1:-1]
-    return (s.replace('\\"', '"').replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\"))
+    return s.replace('\\"', '"').replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\")
 
 
 def po_entries(text):
@@ -270,8 +348,13 @@ def po_entries(text):
     flags = ""
 
     def done():
-        if entry.get("msgid") and entry.get("msgstr") and "fuzzy" not in flags \
-                and "msgid_plural" not in entry and "msgctxt" not in entry:
+        if (
+            entry.get("msgid")
+            and entry.get("msgstr")
+            and "fuzzy" not in flags
+            and "msgid_plural" not in entry
+            and "msgctxt" not in entry
+        ):
             return entry["msgid"], entry["msgstr"]
         return None
 
@@ -312,9 +395,46 @@ def po_clean(s):
 
 # --------------------------------------------------------------------------- sentences and filters
 
-ABBREV = {"e.g", "i.e", "etc", "cf", "vs", "mr", "dr", "st", "p.ej", "ej", "p. ej", "sr", "sra", "núm",
-          "no", "fig", "ver", "approx", "véase", "art", "vol", "pág", "z.b", "bzw", "usw", "d.h", "ca",
-          "p.ex", "ex", "env", "mme", "m", "nr", "inc", "ltd", "jr", "u.a", "s"}
+ABBREV = {
+    "e.g",
+    "i.e",
+    "etc",
+    "cf",
+    "vs",
+    "mr",
+    "dr",
+    "st",
+    "p.ej",
+    "ej",
+    "p. ej",
+    "sr",
+    "sra",
+    "núm",
+    "no",
+    "fig",
+    "ver",
+    "approx",
+    "véase",
+    "art",
+    "vol",
+    "pág",
+    "z.b",
+    "bzw",
+    "usw",
+    "d.h",
+    "ca",
+    "p.ex",
+    "ex",
+    "env",
+    "mme",
+    "m",
+    "nr",
+    "inc",
+    "ltd",
+    "jr",
+    "u.a",
+    "s",
+}
 SENT_END = re.compile(r"(?<=[.!?:;])[\"'»”)\]]*\s+(?=[\"'«“(¿¡]*[A-ZÁÉÍÓÚÑÀÈÌÒÙÂÊÎÔÛÇÄÖÜ0-9])")
 
 
@@ -322,14 +442,14 @@ def split_sentences(text):
     parts = []
     start = 0
     for m in SENT_END.finditer(text):
-        chunk = text[start:m.start()]
+        chunk = text[start : m.start()]
         if chunk.endswith(":") or chunk.endswith(";"):
             continue  # keep colons/semicolons inside the sentence
         last = chunk.rstrip(".!?\"'»”)]").split()
         lw = last[-1].lower() if last else ""
         if chunk.endswith(".") and (lw in ABBREV or len(lw) == 1):
             continue
-        parts.append(text[start:m.end()].strip())
+        parts.append(text[start : m.end()].strip())
         start = m.end()
     parts.append(text[start:].strip())
     return [p for p in parts if p]
@@ -437,9 +557,9 @@ def main():
             dk = doc_key(path)
             if dk is None:
                 continue
-            l, key = dk
-            if l in ("en", lang):
-                files.setdefault(key, {})[l] = (pkg, raw)
+            language, key = dk
+            if language in ("en", lang):
+                files.setdefault(key, {})[language] = (pkg, raw)
 
     seen = set()
     rows = []  # (source package, en, tr)
@@ -470,7 +590,7 @@ def main():
         return int(hashlib.sha256(s.encode("utf-8")).hexdigest()[:12], 16)
 
     rows.sort(key=lambda r: h(r[1]))
-    test, valid, train = rows[: args.test], rows[args.test: args.test + args.valid], rows[args.test + args.valid:]
+    test, valid, train = rows[: args.test], rows[args.test : args.test + args.valid], rows[args.test + args.valid :]
     train.sort(key=lambda r: (r[0], h(r[1])))
     os.makedirs(args.out, exist_ok=True)
     stats = {}
@@ -479,9 +599,11 @@ def main():
             for _, a, b in part:
                 f.write(json.dumps({"en": a, lang: b}, ensure_ascii=False) + "\n")
         n = max(1, len(part))
-        stats[name] = {"pairs": len(part),
-                       "mean_words_en": round(sum(len(a.split()) for _, a, _ in part) / n, 1),
-                       "mean_words_" + lang: round(sum(len(b.split()) for _, _, b in part) / n, 1)}
+        stats[name] = {
+            "pairs": len(part),
+            "mean_words_en": round(sum(len(a.split()) for _, a, _ in part) / n, 1),
+            "mean_words_" + lang: round(sum(len(b.split()) for _, _, b in part) / n, 1),
+        }
     stats["per_package"] = per_pkg
     print(json.dumps(stats, indent=1, ensure_ascii=False))
 
