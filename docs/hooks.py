@@ -31,10 +31,19 @@ FIGURES = {
 # Shared modules whose docstrings state equations a family's model uses.
 SEE_ALSO = {
     "rnn": ["hf_seq.models.recurrent"],
-    "bahdanau": ["hf_seq.models.recurrent"],
+    "bahdanau": [
+        "hf_seq.models.recurrent",
+        "hf_seq.models.layers.WordDropout",
+        "hf_seq.models.seq2seq.SourceLengthLimit",
+    ],
     "gpt": ["hf_seq.models.layers.FeedForward", "hf_seq.models.layers.MixtureOfExperts"],
     "bert": ["hf_seq.models.layers.FeedForward"],
-    "transformer": ["hf_seq.models.positional.SinusoidalPositionalEmbedding", "hf_seq.models.layers.FeedForward"],
+    "transformer": [
+        "hf_seq.models.positional.SinusoidalPositionalEmbedding",
+        "hf_seq.models.layers.FeedForward",
+        "hf_seq.models.layers.WordDropout",
+        "hf_seq.models.seq2seq.SourceLengthLimit",
+    ],
     "ssm": ["hf_seq.models.scan"],
     "conv": ["hf_seq.models.convolution"],
 }
@@ -208,7 +217,9 @@ def reference_models():
 
 
 def reference_tools():
-    parts = ["# API reference: tools\n\nThe modules of tokenization, evaluation, conversion, plotting, compute, sharding and streaming."]
+    parts = [
+        "# API reference: tools\n\nThe modules of tokenization, evaluation, conversion, plotting, compute, sharding and streaming."
+    ]
     for module, heading in TOOLS.items():
         parts.append(
             f"## {heading}\n\n::: {module}\n    options:\n      heading_level: 3\n      show_root_heading: true"

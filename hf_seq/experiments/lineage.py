@@ -26,10 +26,8 @@ from pathlib import Path
 from hf_seq.compute import model_flops_per_token
 from hf_seq.experiments import study
 from hf_seq.experiments.study import (
-    TUNE_FRACTION,
     Member,
     count_parameters,
-    plot_scaling,
     save_log_plot,
     summarize,
     trial_grid,
@@ -368,7 +366,6 @@ def run(
     (and scaling.png for several sizes) and the member folders into `output_dir`. Returns what lineage.json holds."""
     import numpy as np
 
-    from hf_seq import tasks
     from hf_seq.evaluation import token_byte_lengths
     from hf_seq.recipes import load_recipe
 
@@ -387,12 +384,9 @@ def run(
     splits = {k: v for k, v in dict(validation=validation, test=test).items() if v}
 
     # one tokenizer, one split, one held-out set for everybody
-    tokenizer_dir = output_dir / "tokenizer"
     recipe = load_recipe(base_recipe(s, corpus, output_dir / "tokenizer-run", splits=splits))
-    prepared = tasks.prepare(recipe, tokenizer_folder=tokenizer_dir)
+    prepared, tokenizer_dir = study.shared_data(recipe, output_dir)
     tokenizer = prepared.tokenizer
-    if not (tokenizer_dir / "tokenizer.json").exists():
-        tokenizer.save_pretrained(tokenizer_dir)
     vocab_size = len(tokenizer)
     train_stream = np.asarray(prepared.train["input_ids"], dtype=np.int64).reshape(-1)
     held_out = {"validation": prepared.held_out["eval"], "test": prepared.held_out.get("test")}
@@ -439,16 +433,6 @@ def run(
         "validation": public_name(validation) if validation else "held out from the training text",
         "test": public_name(test) if test else "none",
         "quick": quick,
-        "budget": budget,
-        "budget_tokens": s.get("budget_tokens") if (budget_tokens or not given) else None,
-        "budget_seconds": budget_seconds,
-        "budget_flops": budget_flops,
-        "tuning": f"{tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
-        if tune
-        else "none (the defaults)",
-        "seeds": seeds,
-        "sizes": sizes,
-        "metric": metric,
         "vocab_size": vocab_size,
         "block_size": s["block_size"],
         "width": s["width"],
@@ -456,16 +440,10 @@ def run(
         "eval_tokens": records[0]["eval_tokens"] if records else 0,
         "eval_bytes": records[0]["eval_bytes"] if records else 0,
         "prompt": tokenizer.decode(prompt),
-        "machine": study.machine(load_before),
-        "settings": s,
-        "members": records,
-        "summary": summarize(records, metric),
     }
-    (output_dir / "lineage.json").write_text(json.dumps(result, indent=2))
-    largest = [r for r in records if r["target"] == sizes[-1] and r["seed"] == 0]
+    result |= study.result_fields(given, budgets, s, tune, seeds, sizes, metric, load_before, records, budget)
+    largest = study.write_results(result, output_dir, f"{corpus_name}, {budget}")
     plot_curves(largest, output_dir / "learning_curves.png", f"{corpus_name}, {budget}")
-    if len(sizes) > 1:
-        plot_scaling(result["summary"], metric, output_dir / "scaling.png", f"{corpus_name}, {budget}")
     write_report(result, output_dir)
     return result
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from hf_seq.compute import seq2seq_flops_per_token
 from hf_seq.errors import InvalidValueError
 from hf_seq.experiments import study
-from hf_seq.experiments.study import TUNE_FRACTION, Member, count_parameters, summarize
+from hf_seq.experiments.study import Member, count_parameters, summarize
 from hf_seq.hub import public_name
 
 SETTINGS = {
@@ -444,7 +444,6 @@ def run(
 ) -> dict:
     """Train and score every member at every size and seed; write lineage.md, lineage.json, bleu_by_length.png, the
     alignment pictures and the member folders into `output_dir`. Returns what lineage.json holds."""
-    from hf_seq import tasks
     from hf_seq.recipes import load_recipe
 
     s = dict(SETTINGS["quick" if quick else "default"])
@@ -459,13 +458,9 @@ def run(
     # one split, one tokenizer, one test set for everybody
     columns = dict(source_column=source_column, target_column=target_column)
     paths = split_corpus(s, corpus, validation, test, columns, target_language, output_dir / "data")
-    tokenizer_dir = output_dir / "tokenizer"
     recipe = load_recipe(base_recipe(s, paths, output_dir / "tokenizer-run"))
-    prepared = tasks.prepare(recipe, tokenizer_folder=tokenizer_dir)
-    tokenizer = prepared.tokenizer
-    if not (tokenizer_dir / "tokenizer.json").exists():
-        tokenizer.save_pretrained(tokenizer_dir)
-    vocab_size = len(tokenizer)
+    prepared, tokenizer_dir = study.shared_data(recipe, output_dir)
+    vocab_size = len(prepared.tokenizer)
     source_tokens = sum(map(len, prepared.train["input_ids"]))
     target_tokens = sum(map(len, prepared.train["labels"]))
     pairs = len(prepared.train)
@@ -502,16 +497,6 @@ def run(
         "validation": public_name(validation) if validation else "held out from the training pairs",
         "test": public_name(test) if test else "held out from the training pairs",
         "quick": quick,
-        "budget": budget,
-        "budget_tokens": s["budget_tokens"] if "tokens" in given or not given else None,
-        "budget_seconds": budget_seconds,
-        "budget_flops": budget_flops,
-        "tuning": f"{tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
-        if tune
-        else "none (the defaults)",
-        "seeds": seeds,
-        "sizes": sizes,
-        "metric": metric,
         "vocab_size": vocab_size,
         "width": s["width"],
         "train_pairs": pairs,
@@ -522,16 +507,10 @@ def run(
         "mean_target_tokens": lengths[1],
         "alignment_source": context["alignment_source"],
         "decoding": records[0]["decoding"] if records else None,
-        "machine": study.machine(load_before),
-        "settings": s,
-        "members": records,
-        "summary": summarize(records, metric),
     }
-    (output_dir / "lineage.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
-    largest = [r for r in records if r["target"] == sizes[-1] and r["seed"] == 0]
+    result |= study.result_fields(given, budgets, s, tune, seeds, sizes, metric, load_before, records, budget)
+    largest = study.write_results(result, output_dir, f"{corpus_name}, {budget}")
     plot_bleu_by_length(largest, output_dir / "bleu_by_length.png", f"{corpus_name}, {budget}")
-    if len(sizes) > 1:
-        study.plot_scaling(result["summary"], metric, output_dir / "scaling.png", f"{corpus_name}, {budget}")
     write_report(result, output_dir)
     return result
 

@@ -75,6 +75,49 @@ def machine(load_before: float) -> str:
     )
 
 
+def shared_data(recipe, output_dir: Path):
+    """The study's data prepared once, with one tokenizer trained on its training split and saved in
+    `output_dir/tokenizer`, from where every member loads it: (the prepared data, that folder)."""
+    from hf_seq import tasks
+
+    folder = output_dir / "tokenizer"
+    prepared = tasks.prepare(recipe, tokenizer_folder=folder)
+    if not (folder / "tokenizer.json").exists():
+        prepared.tokenizer.save_pretrained(folder)
+    return prepared, folder
+
+
+def result_fields(given: dict, budgets: dict, s: dict, tune: int, seeds: int, sizes: list, metric: str,
+                  load_before: float, records: list[dict], budget: str) -> dict:  # fmt: skip
+    """What every study's lineage.json records of how it ran: the budget, the tuning, seeds and sizes, the ranking
+    metric, the machine, the settings, the records and their summary over the seeds."""
+    return {
+        "budget": budget,
+        "budget_tokens": s["budget_tokens"] if "tokens" in given or not given else None,
+        "budget_seconds": budgets["seconds"],
+        "budget_flops": budgets["flops"],
+        "tuning": f"{tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
+        if tune
+        else "none (the defaults)",
+        "seeds": seeds,
+        "sizes": sizes,
+        "metric": metric,
+        "machine": machine(load_before),
+        "settings": s,
+        "members": records,
+        "summary": summarize(records, metric),
+    }
+
+
+def write_results(result: dict, output_dir: Path, title: str) -> list[dict]:
+    """lineage.json, and scaling.png for several sizes; returns the records of the first seed at the largest size,
+    which the curves and pictures show."""
+    (output_dir / "lineage.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    if len(result["sizes"]) > 1:
+        plot_scaling(result["summary"], result["metric"], output_dir / "scaling.png", title)
+    return [r for r in result["members"] if r["target"] == result["sizes"][-1] and r["seed"] == 0]
+
+
 # ---------------------------------------------------------------------------------------------- sizes and budgets
 def count_parameters(model) -> tuple[int, int]:
     """(all parameters, non-embedding parameters): embedding tables (token, position) and an untied output layer
