@@ -14,6 +14,7 @@ from hf_seq import SSMConfig, SSMForCausalLM, SSMModel, SSMState
 from hf_seq.models.modeling_ssm import MambaMixer, S4DMixer
 from hf_seq.models.scan import (
     SelectiveScan,
+    StepwiseScan,
     s4d_convolution,
     s4d_kernel,
     s4d_step,
@@ -171,18 +172,22 @@ def selective_inputs(seed=0, batch=2, channels=5, length=13, size=4):
     return u, delta, A, B, C, torch.randn(channels, generator=g)
 
 
-@pytest.mark.parametrize("chunk_size", [1, 4, 5, 13, 64])
-def test_selective_scan_in_chunks_equals_the_recurrence(chunk_size):
+@pytest.mark.parametrize(
+    "chunk_size, stepwise", [(1, False), (4, False), (5, False), (13, False), (64, False), (4, True)]
+)
+def test_selective_scan_equals_the_recurrence(chunk_size, stepwise):
+    """Both forms of the scan (in chunks, and step by step as on a CPU) against a plain loop, from zeros and from a
+    given state, and selective_step one token at a time."""
     u, delta, A, B, C, D = selective_inputs()
     expected, last = mamba_steps(u, delta, A, B, C, D)
-    y, state = selective_scan(u, delta, A, B, C, D, chunk_size=chunk_size)
+    y, state = selective_scan(u, delta, A, B, C, D, chunk_size=chunk_size, stepwise=stepwise)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(state, last, rtol=1e-5, atol=1e-5)
     # from a state, and one step at a time through selective_step
     start = torch.randn_like(last)
     expected, last = mamba_steps(u, delta, A, B, C, D, start)
     torch.testing.assert_close(
-        selective_scan(u, delta, A, B, C, D, start, chunk_size)[0], expected, atol=1e-5, rtol=1e-5
+        selective_scan(u, delta, A, B, C, D, start, chunk_size, stepwise)[0], expected, atol=1e-5, rtol=1e-5
     )
     state, steps = start, []
     for k in range(u.shape[-1]):
@@ -192,21 +197,23 @@ def test_selective_scan_in_chunks_equals_the_recurrence(chunk_size):
     torch.testing.assert_close(state, last, rtol=1e-5, atol=1e-5)
 
 
-def test_selective_scan_stays_finite_for_large_inputs():
+@pytest.mark.parametrize("stepwise", [False, True])
+def test_selective_scan_stays_finite_for_large_inputs(stepwise):
     """Delta B u up to about 1e13 with fast decays: the chunk's factors exp(c_t - m) and exp(m - c_s) stay inside
     float32's range, and the outputs are the float64 recurrence's to float32 precision (relative to their scale)."""
     u, delta, A, B, C, D = selective_inputs(length=150)
     for delta_scale, input_scale in ((50, 1e6), (1, 1e12)):
         inputs = (u, delta * delta_scale, A, B * input_scale, C, D)
         expected, _ = mamba_steps(*(t.double() for t in inputs))
-        y, state = selective_scan(*inputs, chunk_size=4)
+        y, state = selective_scan(*inputs, chunk_size=4, stepwise=stepwise)
         assert torch.isfinite(y).all() and torch.isfinite(state).all()
         assert ((y.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6
 
 
+@pytest.mark.parametrize("scan", [SelectiveScan, StepwiseScan])
 @pytest.mark.parametrize("length", [1, 7, 9])
-def test_the_scans_hand_written_gradient_is_the_gradient(length):
-    """SelectiveScan's backward (the reverse recurrence) against finite differences, in float64, for every input:
+def test_the_scans_hand_written_gradient_is_the_gradient(length, scan):
+    """Each scan's backward (the reverse recurrence) against finite differences, in float64, for every input:
     Delta, A, Delta u, B, C and the entering state; the last state's gradient included."""
     g = torch.Generator().manual_seed(length)
     batch, channels, size = 2, 3, 2
@@ -219,17 +226,17 @@ def test_the_scans_hand_written_gradient_is_the_gradient(length):
         torch.randn(batch, channels, size, generator=g, dtype=torch.float64),
     )
     inputs = tuple(t.requires_grad_() for t in inputs)
-    assert torch.autograd.gradcheck(lambda *t: SelectiveScan.apply(*t, 4), inputs, eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(lambda *t: scan.apply(*t, 4), inputs, eps=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("chunk_size", [4, 16, 64])
-def test_selective_scan_under_fast_decay_stays_finite_and_exact(chunk_size):
+@pytest.mark.parametrize("chunk_size, stepwise", [(4, False), (16, False), (64, False), (4, True)])
+def test_selective_scan_under_fast_decay_stays_finite_and_exact(chunk_size, stepwise):
     """Steps that decay the state by up to exp(-1000) (large Delta, large |A|): the chunked form's exp(-c) factors
     stay inside float64's range (each step's decay floored at exp(-600 / T_c)) and the outputs are the recurrence's."""
     u, delta, A, B, C, D = selective_inputs(length=150)
     delta = delta * 50  # Delta A down to about -1000 per step
     expected, last = mamba_steps(u, delta, A, B, C, D)
-    y, state = selective_scan(u, delta, A, B, C, D, chunk_size=chunk_size)
+    y, state = selective_scan(u, delta, A, B, C, D, chunk_size=chunk_size, stepwise=stepwise)
     assert torch.isfinite(y).all() and torch.isfinite(state).all()
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(state, last, rtol=1e-5, atol=1e-5)
