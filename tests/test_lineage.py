@@ -3,6 +3,7 @@ the files the issue names are written."""
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,22 @@ def test_the_same_command_again_reuses_the_finished_runs(study, capsys):
     assert printed.count("reused") == 2 * 2 * (2 + 2) and "training:" not in printed
     assert [r["test_bits_per_byte"] for r in again["members"]] == [r["test_bits_per_byte"] for r in result["members"]]
     assert kwargs["summary"] == again["summary"]
+
+
+def test_a_run_saved_before_a_recipe_key_existed_is_reused_and_a_changed_one_is_not(study, tmp_path):
+    """finished_run reads the saved recipe through the loader: a key missing from it (added to hf-seq after the run)
+    means its default, so the run is reused; a setting that differs means a different run."""
+    from hf_seq.experiments.study import finished_run
+    from hf_seq.recipes import load_recipe
+
+    out, _ = study
+    folder = shutil.copytree(out / "gpt-6000-seed0", tmp_path / "run")
+    saved = json.loads((folder / "recipe.json").read_text())
+    recipe = load_recipe(saved)
+    older = json.loads(json.dumps(saved))
+    del older["training"]["generation_length_penalty"], older["training"]["generation_max_length_a"]
+    (folder / "recipe.json").write_text(json.dumps(older))
+    assert finished_run(folder, recipe) == json.loads((folder / "metrics.json").read_text())
+    older["training"]["learning_rate"] *= 2
+    (folder / "recipe.json").write_text(json.dumps(older))
+    assert finished_run(folder, recipe) is None

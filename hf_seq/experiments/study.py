@@ -191,15 +191,19 @@ def default_dropout(past_epoch: bool) -> float:
 def finished_run(folder: Path, recipe) -> dict | None:
     """The summary of a run already finished in `folder` with exactly this recipe (its weights checked against
     their recorded checksums), else None: a study stopped part-way and started again with the same command trains
-    only what it had not finished."""
+    only what it had not finished. The saved recipe is read through the recipe loader before the comparison, so a
+    run saved before a recipe key existed counts as that key's default (which is what it ran with)."""
     from hf_seq.checksums import verify_checksums
+    from hf_seq.recipes import load_recipe
 
     done = [folder / name for name in ("recipe.json", "metrics.json", "model.safetensors", "checksums.json")]
-    if not all(path.exists() for path in done) or json.loads(done[0].read_text()) != recipe.to_dict():
+    if not all(path.exists() for path in done):
         return None
     try:
+        if load_recipe(json.loads(done[0].read_text())).to_dict() != recipe.to_dict():
+            return None
         verify_checksums(folder)
-    except Exception:  # noqa: BLE001  (damaged: train it again)
+    except Exception:  # noqa: BLE001  (an unreadable recipe, damaged weights: train it again)
         return None
     return json.loads(done[1].read_text())
 
