@@ -214,3 +214,59 @@ def test_a_run_saved_before_a_recipe_key_existed_is_reused_and_a_changed_one_is_
     older["training"]["learning_rate"] *= 2
     (folder / "recipe.json").write_text(json.dumps(older))
     assert finished_run(folder, recipe) is None
+
+
+def test_the_power_law_fit_recovers_a_known_frontier_and_inverts_it():
+    from hf_seq.experiments.study import fit_power_law, lower_envelope, power_law_reaches
+
+    xs = [10 ** (3 + k / 2) for k in range(9)]
+    curve = [(x, 1.2 + 30 * x**-0.3) for x in xs]
+    # worse runs above the frontier (a bad learning rate at the same compute) are not on the envelope
+    noisy = curve + [(x * 1.01, y + 0.5) for x, y in curve]
+    assert lower_envelope(noisy) == curve
+    fit = fit_power_law(lower_envelope(noisy))
+    assert fit["floor"] == pytest.approx(1.2, abs=0.01) and fit["alpha"] == pytest.approx(0.3, rel=0.03)
+    x = power_law_reaches(fit, 1.5)
+    assert fit["floor"] + fit["scale"] * x ** -fit["alpha"] == pytest.approx(1.5)
+    assert power_law_reaches(fit, 1.1) == math.inf  # below the floor: no compute gets there
+    assert fit_power_law(curve[:3]) is None
+
+
+def _record(name, target, flops_per_token, final, trials):
+    """A lineage record with the fields the budget estimate reads: a final run of 100 steps of 10 tokens."""
+    return {"name": name, "title": name, "target": target, "seed": 0, "flops_per_token": flops_per_token,
+            "train_tokens": 1000, "tokens_per_second": 100.0, "curve": [{"tokens": 1000, "eval_bits_per_byte": final}],
+            "trials": [{"steps": 25, "eval_bits_per_byte": t} for t in trials]}  # fmt: skip
+
+
+def test_the_budget_estimate_names_the_member_that_reaches_the_margin_with_least_compute():
+    ngram = {"name": "ngram", "seed": 0, "target": 1, "curve": [
+        {"tokens": 1000, "eval_bits_per_byte": 1.5, "eval_tokens": 300, "eval_bytes": 1200}]}  # fmt: skip
+    fast = lambda c: 1.0 + 50 * c**-0.3  # noqa: E731
+    slow = lambda c: 1.0 + 50 * c**-0.2  # noqa: E731
+    records = [ngram]
+    for name, law in (("slow", slow), ("fast", fast)):
+        for size, fpt in ((1, 1e6), (3, 3e6)):
+            records.append(_record(name, size, fpt, law(1000 * fpt), [law(250 * fpt), law(250 * fpt) + 0.3]))
+    estimate = lineage.budget_estimate(records, tokens_per_step=10)
+    target = 1.5 + math.log2(0.75) * 300 / 1200  # 25% lower perplexity, in bits per byte of the same blocks
+    assert estimate["name"] == "fast" and estimate["target_bits_per_byte"] == pytest.approx(target)
+    assert fast(estimate["flops"]) == pytest.approx(target, rel=1e-3)
+    assert estimate["hours"] == pytest.approx(estimate["flops"] / (100 * 3e6) / 3600)
+    assert lineage.budget_estimate(records[1:], tokens_per_step=10) is None  # no n-gram, no margin
+
+
+def test_the_report_states_the_best_networks_margin_over_the_ngram(study):
+    """The measured margin: the network with the lowest mean test perplexity at the largest size, against the
+    n-gram's test perplexity, in lineage.json and in the report."""
+    out, result = study
+    means = {}
+    for r in neural(result, target=6000):
+        means.setdefault(r["name"], []).append(r["test_perplexity"])
+    best = min(means, key=lambda name: sum(means[name]) / len(means[name]))
+    ngram = next(r for r in result["members"] if r["name"] == "ngram")["test_perplexity"]
+    margin = result["margin"]
+    assert margin["name"] == best and margin["split"] == "test"
+    assert margin["margin"] == pytest.approx(1 - sum(means[best]) / len(means[best]) / ngram)
+    report = (out / "lineage.md").read_text()
+    assert f"test perplexity {margin['perplexity']:.1f} against the n-gram's {ngram:.1f}" in report

@@ -11,6 +11,7 @@ import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
 from hf_seq import SSMConfig, SSMForCausalLM, SSMModel, SSMState
+from hf_seq.models import scan as scan_module
 from hf_seq.models.modeling_ssm import MambaMixer, S4DMixer
 from hf_seq.models.scan import (
     SelectiveScan,
@@ -173,12 +174,15 @@ def selective_inputs(seed=0, batch=2, channels=5, length=13, size=4):
 
 
 @pytest.mark.parametrize(
-    "chunk_size, stepwise", [(1, False), (4, False), (5, False), (13, False), (64, False), (4, True)]
-)
-def test_selective_scan_equals_the_recurrence(chunk_size, stepwise):
-    """Both forms of the scan (in chunks, and step by step as on a CPU) against a plain loop, from zeros and from a
-    given state, and selective_step one token at a time."""
+    "chunk_size, stepwise, block", [(1, False, 0), (4, False, 0), (5, False, 0), (13, False, 0), (64, False, 0),
+                                    (4, True, 0), (4, True, 1), (4, True, 5)]
+)  # fmt: skip
+def test_selective_scan_equals_the_recurrence(chunk_size, stepwise, block, monkeypatch):
+    """Both forms of the scan (in chunks, and step by step as on a CPU, in one block or in blocks of 1 and 5 steps)
+    against a plain loop, from zeros and from a given state, and selective_step one token at a time."""
     u, delta, A, B, C, D = selective_inputs()
+    if block:
+        monkeypatch.setattr(scan_module, "BLOCK_ELEMENTS", block * u.shape[0] * u.shape[1] * A.shape[1])
     expected, last = mamba_steps(u, delta, A, B, C, D)
     y, state = selective_scan(u, delta, A, B, C, D, chunk_size=chunk_size, stepwise=stepwise)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
@@ -210,13 +214,16 @@ def test_selective_scan_stays_finite_for_large_inputs(stepwise):
         assert ((y.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6
 
 
-@pytest.mark.parametrize("scan", [SelectiveScan, StepwiseScan])
+@pytest.mark.parametrize("scan, block", [(SelectiveScan, None), (StepwiseScan, None), (StepwiseScan, 3)])
 @pytest.mark.parametrize("length", [1, 7, 9])
-def test_the_scans_hand_written_gradient_is_the_gradient(length, scan):
+def test_the_scans_hand_written_gradient_is_the_gradient(length, scan, block, monkeypatch):
     """Each scan's backward (the reverse recurrence) against finite differences, in float64, for every input:
-    Delta, A, Delta u, B, C and the entering state; the last state's gradient included."""
+    Delta, A, Delta u, B, C and the entering state; the last state's gradient included. The stepwise scan also in
+    blocks of 3 steps, the state and the adjoint carried across blocks."""
     g = torch.Generator().manual_seed(length)
     batch, channels, size = 2, 3, 2
+    if block:
+        monkeypatch.setattr(scan_module, "BLOCK_ELEMENTS", block * batch * channels * size)
     inputs = (
         torch.nn.functional.softplus(torch.randn(batch, channels, length, generator=g, dtype=torch.float64)),
         -torch.exp(torch.randn(channels, size, generator=g, dtype=torch.float64)),

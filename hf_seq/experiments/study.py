@@ -365,6 +365,44 @@ def ordering_lines(rows: list[dict], order, seeds: int, higher_is_better: bool =
     ]
 
 
+# ---------------------------------------------------------------------------------------------- extrapolation
+def lower_envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points (x, y) lower than every point at a smaller x: the best y reached by each x (a compute frontier)."""
+    frontier, best = [], math.inf
+    for x, y in sorted(points):
+        if y < best:
+            frontier.append((x, y))
+            best = y
+    return frontier
+
+
+def fit_power_law(points: list[tuple[float, float]]) -> dict | None:
+    """Least squares fit of y = E + A x^-alpha (a loss against compute, Kaplan et al. 2020; Hoffmann et al. 2022) to
+    at least four points: for each floor E on a grid below the lowest y, log(y - E) is a line in log x; the E whose
+    curve has the smallest squared error in y wins. None when the points do not fall with x."""
+    import numpy as np
+
+    if len(points) < 4:
+        return None
+    x, y = (np.asarray(v, dtype=float) for v in zip(*points))
+    best = None
+    for floor in np.linspace(0.0, y.min(), 400, endpoint=False):
+        slope, intercept = np.polyfit(np.log(x), np.log(y - floor), 1)
+        if slope >= 0:
+            continue
+        error = float(((floor + np.exp(intercept) * x**slope - y) ** 2).sum())
+        if best is None or error < best["error"]:
+            best = {"floor": float(floor), "scale": float(np.exp(intercept)), "alpha": float(-slope), "error": error}
+    return best
+
+
+def power_law_reaches(fit: dict, y: float) -> float:
+    """The x at which the fitted curve comes down to y (infinite when y is at or below its floor)."""
+    if y <= fit["floor"]:
+        return math.inf
+    return ((y - fit["floor"]) / fit["scale"]) ** (-1 / fit["alpha"])
+
+
 # ---------------------------------------------------------------------------------------------- plots
 def save_log_plot(fig, ax, xlabel: str, ylabel: str, title: str, path: Path, log_x: bool = True) -> None:
     """The lineage's plots: a log x axis, a grid, the legend, saved at 120 dpi."""

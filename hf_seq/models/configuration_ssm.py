@@ -49,8 +49,9 @@ class SSMConfig(PreTrainedConfig):
     - Mamba only (transformers' `MambaConfig` names): `expand` (the inner width E = expand * hidden_size),
       `conv_kernel` (the short causal convolution), `time_step_rank` (the rank of Delta's projection, default
       ceil(hidden_size / 16)), `use_bias` (in_proj and out_proj), `use_conv_bias`, `residual_in_fp32` (the residual
-      stream kept in float32 under half precision), `scan_chunk_size` (the steps the training scan computes at once,
-      at most 4; a computation setting, the outputs do not depend on it).
+      stream kept in float32 under half precision), `scan_chunk_size` (the steps the chunked scan computes at once
+      on an accelerator, at most 4; a CPU runs the scan step by step; a computation setting, the outputs do not
+      depend on it).
     - `hidden_dropout` on each block's output before the residual sum (and, in S4D, after the GELU);
       `classifier_dropout` (default `hidden_dropout`) before the sequence classifier.
     - Aliases: `num_layers` for `num_hidden_layers`, `d_state` for `state_size`, `d_conv` for `conv_kernel`,

@@ -78,10 +78,11 @@ so the backward pass keeps only the scan's inputs and recomputes the states, ins
 **Two ways to run the same scan.** The chunked form (`SelectiveScan`) suits an accelerator: a few large tensor
 operations per chunk. On a CPU its (B, E, N, L) intermediates (50 MB for a batch of 16 x 128 tokens at E = 384) do
 not fit in the caches, and a dozen passes over them from memory cost more than the arithmetic. `StepwiseScan` runs
-the recurrence one step at a time instead, on a (B, E, N) state that stays in the core's cache, with the per-step
-reductions (y_t, and in the backward the gradients of Delta, Delta u, B and C) done on the spot: about 11x faster on
-a CPU at that size, the same function (tests/test_ssm.py compares both with a plain loop and with finite
-differences). `selective_scan` uses the stepwise form on a CPU and the chunked one elsewhere.
+the recurrence one step at a time instead, x_t = b_t + exp(a_t) x_{t-1} as one fused multiply-add, over blocks of
+steps small enough to stay in the cache, with everything that does not depend on the previous step (exp(a_t), b_t,
+the outputs, and in the backward pass the gradients of Delta, A, Delta u, B and C) done once per block. It is the
+same function (tests/test_ssm.py compares both with a plain loop and with finite differences); `selective_scan`
+uses the stepwise form on a CPU and the chunked one elsewhere.
 
 Shapes: B batch, H (S4D) or E (Mamba) channels, L or T time steps, M modes (N/2 complex or N real), N state size.
 """
@@ -91,6 +92,7 @@ from torch import nn
 
 LOG_DECAY_FLOOR = -20.0  # Delta A per step, at least: exp(-20) ~ 2e-9
 MAX_CHUNK = 4  # steps the scan computes at once: exp(4 * 20) times an input stays inside float32's range
+BLOCK_ELEMENTS = 2**18  # the stepwise scan's blocks: T x B x E x N about this many values (1 MB per tensor)
 
 
 def zoh_discretize(log_dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor):
@@ -212,52 +214,73 @@ class SelectiveScan(torch.autograd.Function):
 
 
 class StepwiseScan(torch.autograd.Function):
-    """The same inputs and outputs as `SelectiveScan`, computed one time step at a time (for CPUs: see the module
-    docstring). The backward pass recomputes the states, then runs the adjoint recurrence from the last step."""
+    """The same inputs and outputs as `SelectiveScan`, the recurrence run one time step at a time (for CPUs: see the
+    module docstring), in blocks of steps whose (T, B, E, N) tensors fit in a cache: per block, exp(a_t) and b_t for
+    every step in one operation each, then one fused multiply-add per step, x_t = b_t + exp(a_t) x_{t-1}, then the
+    block's outputs in one product. The backward pass recomputes each block's states from the state entering it
+    (kept by the forward pass), runs the adjoint recurrence g_t = C_t dL/dy_t + exp(a_{t+1}) g_{t+1} (again one
+    multiply-add per step), and takes the gradients of the block's inputs from the states and adjoints at once."""
 
     @staticmethod
     def forward(ctx, delta, A, du, B, C, x0, chunk_size=None):
-        # time-major copies, so that each step reads contiguous slices: (L, B, E) and (L, B, N)
+        # time-major copies, so that a block of steps is one contiguous slice: (L, B, E) and (L, B, N)
         delta, du = delta.permute(2, 0, 1).contiguous(), du.permute(2, 0, 1).contiguous()
         B, C = B.transpose(0, 1).contiguous(), C.transpose(0, 1).contiguous()
-        y = x0.new_empty(delta.shape + (1,))  # (L, B, E, 1)
-        x = x0
-        for t in range(delta.shape[0]):
-            x = _decay(delta[t], A).mul_(x).addcmul_(du[t, :, :, None], B[t, :, None, :])
-            torch.bmm(x, C[t, :, :, None], out=y[t])  # sum_n C_t x_t
-        ctx.save_for_backward(delta, A, du, B, C, x0)
-        return y[..., 0].permute(1, 2, 0), x
+        block = max(1, BLOCK_ELEMENTS // x0.numel())
+        y, entering, x = x0.new_empty(delta.shape), [], x0
+        for start in range(0, delta.shape[0], block):
+            steps = slice(start, start + block)
+            entering.append(x)
+            states = _block_states(delta[steps], A, du[steps], B[steps], x)[0]
+            torch.matmul(states, C[steps, :, :, None], out=y[steps, :, :, None])  # y_t = sum_n C_t x_t
+            x = states[-1]
+        ctx.save_for_backward(delta, A, du, B, C, *entering)
+        ctx.block = block
+        return y.permute(1, 2, 0), x.clone()
 
     @staticmethod
     def backward(ctx, gy, g_last):
-        delta, A, du, B, C, x0 = ctx.saved_tensors
-        length = delta.shape[0]
-        states = x0.new_empty((length,) + x0.shape)  # x_t (L, B, E, N), recomputed
-        x = x0
-        for t in range(length):
-            x = torch.mul(_decay(delta[t], A), x, out=states[t]).addcmul_(du[t, :, :, None], B[t, :, None, :])
+        delta, A, du, B, C, *entering = ctx.saved_tensors
         gy = gy.permute(2, 0, 1).contiguous()  # (L, B, E)
         g_delta, g_du, g_B, g_C = (torch.empty_like(t) for t in (delta, du, B, C))
         g_A = torch.zeros_like(A)
-        g = torch.zeros_like(x0) if g_last is None else g_last.clone()  # g_t = dLoss/dx_t
-        for t in range(length - 1, -1, -1):
-            g.addcmul_(gy[t, :, :, None], C[t, :, None, :])
-            a_raw = delta[t, :, :, None] * A
-            decay = a_raw.clamp(min=LOG_DECAY_FLOOR).exp_()
+        g, decay_after = g_last.clone(), None  # g = dLoss/dx_t; exp(a_{t+1}), none after the last step
+        for k in range(len(entering) - 1, -1, -1):
+            steps = slice(k * ctx.block, (k + 1) * ctx.block)
+            states, decay, a_raw = _block_states(delta[steps], A, du[steps], B[steps], entering[k])
+            adjoints = gy[steps, :, :, None] * C[steps, :, None, :]  # C_t dL/dy_t, then g_t in place
+            for t in range(len(adjoints) - 1, -1, -1):
+                g = adjoints[t].add_(g) if decay_after is None else adjoints[t].addcmul_(decay_after, g)
+                decay_after = decay[t]
             # dLoss/da_t = g_t exp(a_t) x_{t-1}, zero where the floor holds a_t
-            g_a = (g * decay).mul_(states[t - 1] if t else x0).masked_fill_(a_raw < LOG_DECAY_FLOOR, 0)
-            g_delta[t] = (g_a * A).sum(-1)
-            g_A.add_(torch.einsum("ben,be->en", g_a, delta[t]))
-            torch.bmm(g, B[t, :, :, None], out=g_du[t, :, :, None])
-            torch.bmm(g.transpose(1, 2), du[t, :, :, None], out=g_B[t, :, :, None])
-            torch.bmm(states[t].transpose(1, 2), gy[t, :, :, None], out=g_C[t, :, :, None])
-            g.mul_(decay)  # the part of g_{t-1} that flows through x_t = exp(a_t) x_{t-1} + ...
-        return g_delta.permute(1, 2, 0), g_A, g_du.permute(1, 2, 0), g_B.transpose(0, 1), g_C.transpose(0, 1), g, None
+            before = torch.cat([entering[k][None], states[:-1]])
+            g_a = (adjoints * decay).mul_(before).masked_fill_(a_raw < LOG_DECAY_FLOOR, 0)
+            g_delta[steps] = (g_a * A).sum(-1)
+            g_A += torch.einsum("tben,tbe->en", g_a, delta[steps])
+            torch.matmul(adjoints, B[steps, :, :, None], out=g_du[steps, :, :, None])
+            g_B[steps] = torch.einsum("tben,tbe->tbn", adjoints, du[steps])
+            g_C[steps] = torch.einsum("tben,tbe->tbn", states, gy[steps])
+        g_x0 = g * decay_after
+        return (
+            g_delta.permute(1, 2, 0),
+            g_A,
+            g_du.permute(1, 2, 0),
+            g_B.transpose(0, 1),
+            g_C.transpose(0, 1),
+            g_x0,
+            None,
+        )
 
 
-def _decay(delta_t: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """exp(Delta_t A) for one step, Delta_t A floored at LOG_DECAY_FLOOR: (B, E), (E, N) -> (B, E, N)."""
-    return torch.mul(delta_t[:, :, None], A).clamp_(min=LOG_DECAY_FLOOR).exp_()
+def _block_states(delta, A, du, B, x):
+    """The states of a block of steps from the state x before it: (T, B, E) Delta and Delta u, (T, B, N) B ->
+    the states x_t, exp(a_t) and a_t = Delta_t A before the floor (T, B, E, N)."""
+    a_raw = delta[..., None] * A
+    decay = a_raw.clamp(min=LOG_DECAY_FLOOR).exp_()
+    states = du[..., None] * B[:, :, None, :]  # b_t, then x_t = b_t + exp(a_t) x_{t-1} in place
+    for t in range(len(states)):
+        x = states[t].addcmul_(decay[t], x)
+    return states, decay, a_raw
 
 
 def selective_scan(
