@@ -270,3 +270,18 @@ def test_the_report_states_the_best_networks_margin_over_the_ngram(study):
     assert margin["margin"] == pytest.approx(1 - sum(means[best]) / len(means[best]) / ngram)
     report = (out / "lineage.md").read_text()
     assert f"test perplexity {margin['perplexity']:.1f} against the n-gram's {ngram:.1f}" in report
+
+
+def test_a_frontier_whose_floor_is_above_the_margin_says_no_compute_reaches_it():
+    ngram = {"name": "ngram", "seed": 0, "target": 1, "curve": [
+        {"tokens": 1000, "eval_bits_per_byte": 1.5, "eval_tokens": 300, "eval_bytes": 1200}]}  # fmt: skip
+    law = lambda c: 1.6 + 50 * c**-0.3  # noqa: E731  (its floor, 1.6, is above the n-gram itself)
+    records = [ngram] + [
+        _record("gpt", size, fpt, law(1000 * fpt), [law(250 * fpt)]) for size, fpt in ((1, 1e6), (3, 3e6))
+    ]
+    estimate = lineage.budget_estimate(records, tokens_per_step=10)
+    assert estimate["flops"] is None and estimate["hours"] is None and not estimate["reached"]
+    json.dumps(estimate, allow_nan=False)  # lineage.json stays standard JSON
+    result = {"sizes": [3], "estimate": estimate, "margin": {"split": "test", "name": "gpt", "perplexity": 90.0,
+              "ngram": 60.0, "margin": -0.5}}  # fmt: skip
+    assert "floor lies above the target" in "\n".join(lineage.margin_lines(result))

@@ -306,7 +306,8 @@ def budget_estimate(records: list[dict], tokens_per_step: int) -> dict | None:
     run at each size and every tuning trial (a full schedule at a quarter of the budget). The lower envelope of the
     points, the best result for each compute (Hoffmann et al. 2022's first approach), is fitted as L = E + A C^-alpha;
     the member that gets to the target with the least compute wins, with the hours that takes at the FLOPs per second
-    its largest run trained at. None without an n-gram or four points on some member's envelope."""
+    its largest run trained at (both None where the fit's floor lies above the target). None without an n-gram or
+    four points on some member's envelope."""
     ngram = next((r for r in records if r["name"] == "ngram"), None)
     if ngram is None or not ngram["curve"]:
         return None
@@ -329,14 +330,15 @@ def budget_estimate(records: list[dict], tokens_per_step: int) -> dict | None:
             continue
         largest = max(runs, key=lambda r: r["flops_per_token"])
         flops = study.power_law_reaches(fit, target)
+        flops = None if math.isinf(flops) else flops
         rate = largest["tokens_per_second"] * largest["flops_per_token"]
         estimates.append(
             {"name": name, "title": runs[0]["title"], "fit": fit, "frontier": frontier, "flops": flops,
-             "flops_per_second": rate, "hours": flops / rate / 3600, "reached": frontier[-1][1] <= target}
+             "flops_per_second": rate, "hours": flops and flops / rate / 3600, "reached": frontier[-1][1] <= target}
         )  # fmt: skip
     if not estimates:
         return None
-    best = min(estimates, key=lambda e: (e["flops"], e["frontier"][-1][1]))
+    best = min(estimates, key=lambda e: (math.inf if e["flops"] is None else e["flops"], e["frontier"][-1][1]))
     return {"ngram_bits_per_byte": last["eval_bits_per_byte"], "target_bits_per_byte": target} | best
 
 
@@ -418,7 +420,7 @@ def margin_lines(result: dict) -> list[str]:
     )
     if estimate["reached"]:
         lines.append(f"{head}, and its curves already reach the target.")
-    elif not estimate["flops"] or math.isinf(estimate["flops"]):
+    elif estimate["flops"] is None:
         lines.append(
             f"{head}, whose floor lies above the target: more compute alone does not get there at this size of corpus."
         )
@@ -592,7 +594,7 @@ def run(
     result |= study.result_fields(given, budgets, s, tune, seeds, sizes, metric, load_before, records, budget)
     estimate = budget_estimate(records, tokens_per_step)
     result["margin"] = measured_margin(records, sizes[-1])
-    result["estimate"] = estimate and estimate | {"flops": None if math.isinf(estimate["flops"]) else estimate["flops"]}
+    result["estimate"] = estimate
     largest = study.write_results(result, output_dir, f"{corpus_name}, {budget}")
     plot_curves(largest, output_dir / "learning_curves.png", f"{corpus_name}, {budget}")
     if estimate is not None:
