@@ -285,3 +285,22 @@ def test_a_frontier_whose_floor_is_above_the_margin_says_no_compute_reaches_it()
     result = {"sizes": [3], "estimate": estimate, "margin": {"split": "test", "name": "gpt", "perplexity": 90.0,
               "ngram": 60.0, "margin": -0.5}}  # fmt: skip
     assert "floor lies above the target" in "\n".join(lineage.margin_lines(result))
+
+
+def test_a_seconds_budget_turns_dropout_on_when_the_measured_speed_passes_an_epoch():
+    """Under a seconds budget the steps are not known in advance: the member's measured step time says whether the
+    budget will pass an epoch of the corpus (and so whether dropout is on by default); other budgets never time."""
+    from hf_seq.experiments.study import plan_steps
+
+    def never() -> float:
+        raise AssertionError("a token budget needs no timing")
+
+    assert plan_steps({"seconds": 10.0}, 0, 1, 100, 50_000, lambda: 0.01) == (None, True)  # 1,000 steps: 2 epochs
+    assert plan_steps({"seconds": 10.0}, 0, 1, 100, 50_000, lambda: 0.5) == (None, False)  # 20 steps
+    assert plan_steps({"tokens": 200_000}, 0, 1, 100, 50_000, never) == (2000, True)
+    s = lineage.SETTINGS["quick"]
+    per_step = s["batch_size"] * s["block_size"]
+    long, short = (
+        lineage.plan_member("gpt", s, 6000, 320, per_step, 10_000, {"seconds": seconds}) for seconds in (1e6, 1e-6)
+    )
+    assert long["past_epoch"] and long["steps"] is None and not short["past_epoch"]

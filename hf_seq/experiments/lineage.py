@@ -173,7 +173,8 @@ def member_model(name: str, s: dict, size: int, dropout: float = 0.0) -> tuple[s
     return ROWS[name].family, ROWS[name].config(s, size, dropout)
 
 
-def build(name: str, s: dict, size: int, vocab_size: int):
+def build(name: str, s: dict, size: int, vocab_size: int, device: str = "meta"):
+    """The member, on the meta device by default: shapes only, counting needs no memory and no initialisation."""
     import torch
 
     from hf_seq.registry import family
@@ -181,7 +182,7 @@ def build(name: str, s: dict, size: int, vocab_size: int):
     fam_name, keys = member_model(name, s, size)
     fam = family(fam_name)
     config = fam.config_class(vocab_size=vocab_size, **keys)
-    with torch.device("meta"):  # shapes only: counting needs no memory and no initialisation
+    with torch.device(device):
         return fam.model_class("AutoModelForCausalLM")(config)
 
 
@@ -609,7 +610,16 @@ def plan_member(name, s, target, vocab_size, tokens_per_step, corpus_tokens, giv
     model = build(name, s, size, vocab_size)
     params, non_embedding = count_parameters(model)
     flops = model_flops_per_token(model, s["block_size"])
-    steps, past_epoch = study.plan_steps(given, s["budget_tokens"], flops, tokens_per_step, corpus_tokens)
+
+    def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
+        import torch
+
+        tokens = torch.randint(
+            vocab_size, (s["batch_size"], s["block_size"]), generator=torch.Generator().manual_seed(0)
+        )
+        return study.seconds_per_step(build(name, s, size, vocab_size, "cpu"), {"input_ids": tokens, "labels": tokens})
+
+    steps, past_epoch = study.plan_steps(given, s["budget_tokens"], flops, tokens_per_step, corpus_tokens, step_time)
     return dict(size=size, params=params, non_embedding=non_embedding, flops=flops, steps=steps, past_epoch=past_epoch)
 
 

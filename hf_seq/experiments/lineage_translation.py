@@ -157,8 +157,8 @@ LECTURE_ORDER = ("sutskever", "cho", ("bahdanau", "luong"), "transformer")  # wo
 ATTENTION_MEMBERS = ("bahdanau", "luong", "transformer")
 
 
-def build(name: str, s: dict, size: int, vocab_size: int):
-    """The member on the meta device: shapes only, for counting."""
+def build(name: str, s: dict, size: int, vocab_size: int, device: str = "meta"):
+    """The member, on the meta device by default: shapes only, for counting."""
     import torch
 
     from hf_seq.registry import family
@@ -166,7 +166,7 @@ def build(name: str, s: dict, size: int, vocab_size: int):
     row = ROWS[name]
     fam = family(row.family)
     config = fam.config_class(vocab_size=vocab_size, **row.config(s, size, 0.0))
-    with torch.device("meta"):
+    with torch.device(device):
         return fam.model_class("AutoModelForSeq2SeqLM")(config)
 
 
@@ -269,7 +269,17 @@ def plan_member(name, s, target, vocab_size, lengths, corpus_tokens, given) -> d
     params, non_embedding = count_parameters(model)
     flops = seq2seq_flops_per_token(model, *lengths)
     tokens_per_step = round(s["batch_size"] * sum(lengths))
-    steps, past_epoch = study.plan_steps(given, s["budget_tokens"], flops, tokens_per_step, corpus_tokens)
+
+    def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        source, target = (
+            torch.randint(4, vocab_size, (s["batch_size"], max(1, round(n))), generator=g) for n in lengths
+        )
+        return study.seconds_per_step(build(name, s, size, vocab_size, "cpu"), {"input_ids": source, "labels": target})
+
+    steps, past_epoch = study.plan_steps(given, s["budget_tokens"], flops, tokens_per_step, corpus_tokens, step_time)
     return dict(
         size=size,
         params=params,

@@ -146,17 +146,46 @@ def matched_size(non_embedding: Callable[[int], int], target: int, largest: int)
     return min((lo, hi), key=lambda size: abs(non_embedding(size) - target))
 
 
-def plan_steps(given: dict, default_tokens: int, flops_per_token: int, tokens_per_step: float, corpus_tokens: int):
+def plan_steps(
+    given: dict,
+    default_tokens: int,
+    flops_per_token: int,
+    tokens_per_step: float,
+    corpus_tokens: int,
+    seconds_per_step: Callable[[], float] | None = None,
+):
     """(steps, past_epoch) under the budget: a token or FLOPs budget fixes the steps (a FLOPs budget gives each
-    member the steps its FLOPs per token allow), a seconds budget leaves them to the run (None)."""
+    member the steps its FLOPs per token allow), a seconds budget leaves them to the run (None); whether the member
+    will pass an epoch then comes from its measured step time (`seconds_per_step()`, called only then)."""
     if "flops" in given:
         steps = max(1, math.ceil(given["flops"] / (flops_per_token * tokens_per_step)))
     elif "seconds" in given:
         steps = None
     else:
         steps = math.ceil((given.get("tokens") or default_tokens) / tokens_per_step)
-    past_epoch = steps is not None and steps * tokens_per_step > EPOCH_FOR_DROPOUT * corpus_tokens
+    expected = steps
+    if steps is None and seconds_per_step is not None:
+        expected = given["seconds"] / seconds_per_step()
+    past_epoch = expected is not None and expected * tokens_per_step > EPOCH_FOR_DROPOUT * corpus_tokens
     return steps, past_epoch
+
+
+def seconds_per_step(model, batch: dict, repeats: int = 3) -> float:
+    """A member's training step, timed: forward, backward and an AdamW step on `batch` (input_ids and labels), the
+    median of `repeats` steps after one to warm up."""
+    import time
+
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
 
 
 # ---------------------------------------------------------------------------------------------- tuning
