@@ -282,7 +282,7 @@ def cmd_lineage(args) -> None:
     corpus = args.corpus if args.corpus is None or len(args.corpus) > 1 else args.corpus[0]
     # the two studies on one runner: its module, the corpus it reads by default, the options only it takes, its files
     studies = {
-        "language_model": (lineage, "stdlib", ("max_chars",), "lineage.md, lineage.json and learning_curves.png"),
+        "language_model": (lineage, "stdlib", ("max_chars",), "lineage.md, lineage.json and the plots (curves, scaling, compute)"),
         "translation": (
             lineage_translation,
             lineage_translation.DEFAULT_CORPUS,
