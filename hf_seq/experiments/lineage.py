@@ -340,7 +340,12 @@ def budget_estimate(records: list[dict], tokens_per_step: int) -> dict | None:
     if not estimates:
         return None
     best = min(estimates, key=lambda e: (math.inf if e["flops"] is None else e["flops"], e["frontier"][-1][1]))
-    return {"ngram_bits_per_byte": last["eval_bits_per_byte"], "target_bits_per_byte": target} | best
+    members = [{k: e[k] for k in ("name", "title", "fit", "flops", "hours", "flops_per_second")} for e in estimates]
+    return (
+        {"ngram_bits_per_byte": last["eval_bits_per_byte"], "target_bits_per_byte": target}
+        | best
+        | {"members": members}
+    )
 
 
 def measured_margin(records: list[dict], target: int) -> dict | None:
@@ -433,6 +438,17 @@ def margin_lines(result: dict) -> list[str]:
             f"{estimate['flops_per_second'] / 1e9:.1f} GFLOP/s its largest run trained at. An extrapolation: it "
             "assumes the frontier keeps its shape, and past an epoch the corpus repeats (more dropout, not only more "
             "compute, is what the literature's runs used)."
+        )
+    lines += [
+        "",
+        "| member | fitted E | A | alpha | FLOPs to the target | hours at its speed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in estimate.get("members", []):
+        fit, reach = e["fit"], "not reached (floor above it)" if e["flops"] is None else f"{e['flops']:.1e}"
+        hours = "n/a" if e["hours"] is None else f"{e['hours']:,.1f}"
+        lines.append(
+            f"| {e['title']} | {fit['floor']:.3f} | {fit['scale']:.3g} | {fit['alpha']:.3f} | {reach} | {hours} |"
         )
     return lines + ["", "![compute](compute.png)", ""]
 
