@@ -253,6 +253,9 @@ def test_the_budget_estimate_names_the_member_that_reaches_the_margin_with_least
     assert estimate["name"] == "fast" and estimate["target_bits_per_byte"] == pytest.approx(target)
     assert fast(estimate["flops"]) == pytest.approx(target, rel=1e-3)
     assert estimate["hours"] == pytest.approx(estimate["flops"] / (100 * 3e6) / 3600)
+    by_name = {e["name"]: e for e in estimate["members"]}  # every member's fit, for the report's table
+    assert set(by_name) == {"fast", "slow"} and slow(by_name["slow"]["flops"]) == pytest.approx(target, rel=1e-3)
+    assert by_name["slow"]["flops"] > estimate["flops"]
     assert lineage.budget_estimate(records[1:], tokens_per_step=10) is None  # no n-gram, no margin
 
 
