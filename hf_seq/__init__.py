@@ -6,6 +6,7 @@ from .registry import FAMILIES, after_import, register_lazily
 
 # Every class is imported on first use (`hf_seq.GPTForCausalLM`): `import hf_seq` and `hf-seq --help` import neither
 # torch nor transformers. The families register with the Auto classes when those are imported (see registry.py).
+# Public names outside the registry's rows (state objects), each with its module under hf_seq/models/.
 _ELSEWHERE = {
     "BahdanauState": "modeling_bahdanau",
     "ConvState": "modeling_conv",
@@ -16,6 +17,7 @@ _ELSEWHERE = {
 
 
 def __getattr__(name: str):
+    """A family's config or model class, or a state object, imported on its first lookup."""
     for fam in FAMILIES:
         if name == fam.config:
             value = fam.config_class
@@ -48,42 +50,6 @@ after_import("transformers.pipelines", _register_pipelines)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "FAMILIES",
-    "BahdanauConfig",
-    "BahdanauForConditionalGeneration",
-    "BahdanauModel",
-    "BahdanauState",
-    "BERTConfig",
-    "BERTForMaskedLM",
-    "BERTForQuestionAnswering",
-    "BERTForSequenceClassification",
-    "BERTForTokenClassification",
-    "BERTModel",
-    "ConvConfig",
-    "ConvForCausalLM",
-    "ConvModel",
-    "ConvState",
-    "GPTConfig",
-    "GPTForCausalLM",
-    "GPTForSequenceClassification",
-    "GPTModel",
-    "RNNConfig",
-    "RNNForCausalLM",
-    "RNNForSequenceClassification",
-    "RNNForTokenClassification",
-    "RNNModel",
-    "RecurrentState",
-    "SSMConfig",
-    "SSMForCausalLM",
-    "SSMForSequenceClassification",
-    "SSMModel",
-    "SSMState",
-    "TransformerConfig",
-    "TransformerForConditionalGeneration",
-    "TransformerModel",
-    "WindowConfig",
-    "WindowForCausalLM",
-    "WindowModel",
-    "WindowState",
-]
+# The public names: every family's config and model classes (the registry's rows), the state objects that live
+# beside them, and the table itself.
+__all__ = sorted(["FAMILIES", *_ELSEWHERE, *(name for fam in FAMILIES for name in (fam.config, *fam.models.values()))])
