@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from hf_seq.data import DATA_DESCRIPTIONS
 from hf_seq.errors import MissingFileError
 from hf_seq.hub import hub_dataset_ids, public_recipe
 from hf_seq.registry import family as get_family
@@ -35,14 +36,6 @@ METRIC_NAMES = {  # the names metrics.json uses -> (model-index type, what the c
         ("accuracy", "accuracy", "Accuracy"),
         ("f1", "f1", "F1"),
     )
-}
-DATA_DESCRIPTIONS = {
-    "stdlib": "the CPython standard library sources (`.py` files, tests excluded) of the training machine",
-    "gettext": "English messages paired with their translations from the system's gettext catalogs",
-    "reversal": "the synthetic sequence-reversal task of `hf_seq.data` (random letter sequences and their reverse)",
-    "dates": "the synthetic date-format conversion task of `hf_seq.data`",
-    "parentheses": "the synthetic balanced colored-parentheses task of `hf_seq.data`",
-    "python-tokens": "Python tokens of the standard library sources tagged by the `tokenize` module",
 }
 
 

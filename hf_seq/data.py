@@ -571,3 +571,13 @@ EMBEDDED = {
     "parentheses": _rows(parentheses_classification, 4000),
     "python-tokens": _rows(python_token_tagging, 4000),
 }
+
+# What a model card says of each embedded dataset it was trained on (the names of EMBEDDED).
+DATA_DESCRIPTIONS = {
+    "stdlib": "the CPython standard library sources (`.py` files, tests excluded) of the training machine",
+    "gettext": "English messages paired with their translations from the system's gettext catalogs",
+    "reversal": "the synthetic sequence-reversal task of `hf_seq.data` (random letter sequences and their reverse)",
+    "dates": "the synthetic date-format conversion task of `hf_seq.data`",
+    "parentheses": "the synthetic balanced colored-parentheses task of `hf_seq.data`",
+    "python-tokens": "Python tokens of the standard library sources tagged by the `tokenize` module",
+}

@@ -50,7 +50,7 @@ def public_name(value: str) -> str:
 def hub_dataset_ids(dataset) -> list[str]:
     """The entries of `data.dataset` that are Hub datasets (for the card's metadata): not local files, not the
     embedded defaults (`stdlib`, `gettext`, ...), without a `:config` suffix."""
-    from hf_seq.cards import DATA_DESCRIPTIONS
+    from hf_seq.data import DATA_DESCRIPTIONS
 
     items = dataset if isinstance(dataset, list) else [dataset] if dataset else []
     names = [str(item).split(":")[0] for item in items if not is_local_path(item)]

@@ -1,0 +1,114 @@
+"""The package's layout: hf_seq's modules import each other without a circle (DESIGN: the layers go bottom up,
+nothing imports upward). The graph is read from the sources with `ast`, imports inside functions included: a
+function-level import hides a circle from Python at import time, not from a reader."""
+
+import ast
+from pathlib import Path
+
+import hf_seq
+
+PACKAGE = Path(hf_seq.__file__).parent
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own name, for its __init__.py)."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ("hf_seq", *path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports anywhere in its file: `import hf_seq.x`, `from hf_seq.x import y`,
+    `from .x import y`, and `from . import x` where x is a module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return {m for m in found if m in modules and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle through each strongly connected group of modules (Tarjan's algorithm), as the path
+    a -> b -> ... -> a."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [circle_in(graph, group) for group in groups]
+
+
+def circle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest circle through the group's first module, by breadth-first search inside the group."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph[node] & group):
+                if target == start:
+                    return [*paths[node], start]
+                if target not in paths:
+                    paths[target] = [*paths[node], target]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no circle through {start} in {sorted(group)}")
+
+
+def test_the_graph_sees_every_kind_of_import():
+    graph = import_graph()
+    assert "hf_seq.registry" in graph["hf_seq"]  # from .registry import ... (package __init__)
+    assert "hf_seq.data" in graph["hf_seq.cards"]  # from hf_seq.data import ... (module level)
+    assert "hf_seq.data" in graph["hf_seq.hub"]  # from hf_seq.data import ... (inside a function)
+    assert "hf_seq.models.configuration_gpt" in graph["hf_seq.compute"]
+
+
+def test_circles_are_found_and_named():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"d"}}
+    assert circles(graph) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    found = circles(import_graph())
+    assert not found, "import circles in hf_seq:\n" + "\n".join(" -> ".join(circle) for circle in found)
