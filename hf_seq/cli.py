@@ -87,9 +87,9 @@ def cmd_train(args) -> None:
     from hf_seq.training import run
 
     recipe = load_recipe(args.recipe, args.overrides)  # every check happens here, before any data is read
-    summary = run(recipe, resume=args.resume, overwrite=args.overwrite)
+    result = run(recipe, resume=args.resume, overwrite=args.overwrite)
     if _is_main_process():
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(result.summary, indent=2))
 
 
 def cmd_finetune(args) -> None:
@@ -97,9 +97,9 @@ def cmd_finetune(args) -> None:
     from hf_seq.recipes import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides, command="finetune")
-    summary = finetune(recipe, resume=args.resume, overwrite=args.overwrite)
+    result = finetune(recipe, resume=args.resume, overwrite=args.overwrite)
     if _is_main_process():
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(result.summary, indent=2))
 
 
 def _is_main_process() -> bool:
@@ -145,7 +145,7 @@ def cmd_evaluate(args) -> None:
     """Evaluate a saved model on the held-out split of the recipe it was trained with (recipe.json in the folder),
     or of another recipe, with key=value overrides."""
     from hf_seq.tasks import describe_scoring
-    from hf_seq.training import evaluate_folder
+    from hf_seq.runs import evaluate_folder
 
     _model_folder(args.folder)
     metrics = evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides)

@@ -3,7 +3,6 @@ translation, from a recipe. The model starts from a saved checkpoint (`model.fro
 scratch (config keys). The data, the collator and the final evaluation come from the task table (`hf_seq.tasks`),
 as for `hf-seq train`, so `hf-seq evaluate` on the saved folder measures the same numbers."""
 
-import json
 import math
 import os
 import time
@@ -13,10 +12,18 @@ import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainerCallback, TrainingArguments
 
 from hf_seq import tasks
-from hf_seq.checksums import record_checksums
-from hf_seq.errors import InvalidValueError, MissingFileError, RunExistsError
-from hf_seq.recipes import Recipe, RecipeError, resolve_tracker
-from hf_seq.training import budget_note, build_model, choose_threads, plot_loss_curve
+from hf_seq.errors import MissingFileError
+from hf_seq.recipes import Recipe, resolve_tracker
+from hf_seq.runs import (
+    RunResult,
+    budget_note,
+    build_model,
+    check_batch_split,
+    check_precision,
+    choose_threads,
+    refuse_earlier_run,
+    save_run_files,
+)
 
 
 class WallClockBudget(TrainerCallback):
@@ -37,16 +44,15 @@ class WallClockBudget(TrainerCallback):
             control.should_training_stop = True
 
 
-def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict:
+def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> RunResult:
+    """Fine-tune (or train) `recipe` with Trainer, save the model, tokenizer, card and metrics in
+    training.output_dir, and return the run (`RunResult`; its summary is what metrics.json holds)."""
     t = recipe.training
     output_dir = Path(t.output_dir)
-    if t.mixed_precision == "fp16" and not torch.cuda.is_available():
-        raise RecipeError("training.mixed_precision='fp16' needs a GPU; on a CPU use 'bf16' (or 'no')")
-    earlier = [n for n in ("checkpoints", "config.json") if (output_dir / n).exists()]
-    if earlier and not resume and not overwrite:
-        raise RunExistsError(
-            f"{output_dir} holds an earlier run ({', '.join(earlier)}): pass --resume to continue it, --overwrite to "
-            "replace it, or choose another training.output_dir"
+    check_precision(t)
+    if not resume:
+        refuse_earlier_run(
+            output_dir, [n for n in ("checkpoints", "config.json") if (output_dir / n).exists()], overwrite
         )
     if resume and not list((output_dir / "checkpoints").glob("checkpoint-*")):
         raise MissingFileError(f"--resume: {output_dir} holds no checkpoint to resume from; run without --resume")
@@ -56,12 +62,8 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
     model = build_model(recipe, prepared)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    check_batch_split(t, world)
     per_device = t.batch_size // (t.gradient_accumulation_steps * world)
-    if per_device < 1 or per_device * t.gradient_accumulation_steps * world != t.batch_size:
-        raise InvalidValueError(
-            f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps x processes "
-            f"({t.gradient_accumulation_steps} x {world})"
-        )
     generates = task.generates  # translation: BLEU of generated text at every evaluation
     arguments_class = Seq2SeqTrainingArguments if generates else TrainingArguments
     if generates:
@@ -112,6 +114,7 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
     trainer.train(resume_from_checkpoint=True if resume else None)
     measured = tasks.evaluate(recipe, prepared, trainer.model, trainer.args.device)
     history = trainer.state.log_history
+    evaluations = [{"step": h["step"], "eval_loss": h["eval_loss"]} for h in history if "eval_loss" in h]
     summary = {
         "steps": trainer.state.global_step,
         "seconds": sum(h.get("train_runtime", 0) for h in history),
@@ -123,18 +126,8 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> d
             tasks.set_decoding(trainer.model, recipe)  # Trainer left its fixed length in the generation config
         trainer.save_model(str(output_dir))
         (output_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle: the recipe.json says the same
-        context = getattr(model.config, "max_position_embeddings", None) or recipe.data.block_size
-        tokenizer.model_max_length = context
-        tokenizer.save_pretrained(output_dir)
-        (output_dir / "metrics.json").write_text(json.dumps({**summary, "log_history": history}, indent=2))
-        (output_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
         losses = [h["loss"] for h in history if "loss" in h]
-        evaluations = [{"step": h["step"], "eval_loss": h["eval_loss"]} for h in history if "eval_loss" in h]
-        if losses:
-            steps = [h["step"] for h in history if "loss" in h]
-            plot_loss_curve(losses, evaluations, output_dir / "loss_curve.png", steps=steps)
-        from hf_seq.cards import write_card
-
-        write_card(output_dir, recipe=recipe.to_dict(), metrics=summary)
-        record_checksums(output_dir)  # checked by hf-seq evaluate / generate / push
-    return summary
+        curve = {"losses": losses, "evaluations": evaluations, "steps": [h["step"] for h in history if "loss" in h]}
+        save_run_files(recipe, output_dir, tokenizer, model.config, summary, {"log_history": history}, curve)
+    device = trainer.args.device
+    return RunResult(trainer.model.eval(), tokenizer, evaluations, summary, output_dir, device, prepared)

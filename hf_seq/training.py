@@ -1,6 +1,8 @@
 """The training loop: plain PyTorch driven by `accelerate`, so one recipe runs on a CPU, one GPU, or many processes
 under `accelerate launch` (DDP, FSDP, DeepSpeed) without code changes. What the data is and how a model is scored
-comes from the task table (`hf_seq.tasks`); this file only trains.
+comes from the task table (`hf_seq.tasks`); checkpoints and kept weights from `hf_seq.checkpoints`; what fine-tuning
+shares with this loop from `hf_seq.runs`. This file only trains: `run` is `setup`, `loop`, `finish`, and returns the
+run as a value (`runs.RunResult`).
 
 Exactness is a design goal, not an accident:
 - batches are indexed by step: step s of epoch e takes blocks s*B ... (s+1)*B of a permutation seeded by (seed, e),
@@ -8,9 +10,7 @@ Exactness is a design goal, not an accident:
   processes see the same global batch as one;
 - the loss is summed over the global batch and divided by its number of predicted tokens (`num_items_in_batch`,
   counted across processes and accumulation steps), so gradient accumulation and data parallelism change nothing;
-- checkpoints are written to a temporary folder and renamed when complete, so a killed run never leaves a
-  half-written one; they hold safetensors (model), tensors-only torch files loaded with `weights_only=True`
-  (optimizer, RNG) and JSON (step, schedule, recipe): resuming runs no code from the folder;
+- checkpoints are written whole or not at all and hold no code (`hf_seq.checkpoints`);
 - Ctrl-C or SIGTERM (a scheduler's preemption notice) saves a checkpoint of the current step before exiting;
 - evaluation runs under a forked RNG, so evaluating does not change what training draws next.
 """
@@ -19,11 +19,10 @@ import contextlib
 import dataclasses
 import functools
 import json
-import logging
 import os
-import shutil
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -34,36 +33,355 @@ from transformers import get_scheduler
 
 from hf_seq import data as data_lib
 from hf_seq import sharding, tasks
-from hf_seq.checksums import record_checksums, verify_checksums
-from hf_seq.errors import DamagedRunError, InvalidValueError, MissingFileError, RunExistsError
+from hf_seq.checkpoints import (  # noqa: F401  (CHECKPOINT_PREFIX ... latest_checkpoint: their old import path)
+    CHECKPOINT_PREFIX,
+    RESUMABLE_KEYS,
+    average_snapshots,
+    averaged_steps,
+    check_output_dir,
+    checkpoints,
+    keep_best,
+    keep_snapshot,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    snapshot_steps,
+)
+from hf_seq.errors import InvalidValueError
 from hf_seq.recipes import SELECT_BY, Recipe, RecipeError, resolve_tracker
-from hf_seq.registry import family as get_family
+from hf_seq.runs import (  # noqa: F401  (build_config ... plot_loss_curve: their old import path)
+    RunResult,
+    budget_note,
+    build_config,
+    build_model,
+    check_batch_split,
+    check_precision,
+    choose_threads,
+    evaluate_folder,
+    plot_loss_curve,
+    save_run_files,
+)
 from hf_seq.streaming import BlockStream
 
-CHECKPOINT_PREFIX = "checkpoint-"
-# Recipe keys a resumed run may change; any other difference from the interrupted run is refused.
-RESUMABLE_KEYS = {
-    "training.max_steps",
-    "training.max_seconds",
-    "training.eval_every",
-    "training.save_every",
-    "training.keep_checkpoints",
-    "training.log_with",
-    "training.threads",
-    "training.output_dir",
-    "training.generation_max_new_tokens",
-    "training.generation_num_beams",
-    "training.generation_length_penalty",
-    "training.generation_max_length_a",
-    "training.generation_max_length_b",
-    "data.num_proc",
-    "data.eval_examples",
-}
 # Evaluation entries that are settings, not measurements: in metrics.json, not in the progress lines
 DECODING_KEYS = {"num_beams", "do_sample", "length_penalty", "early_stopping", "max_length_a", "max_length_b"}
 # The schedule's length while a wall-clock budget without max_steps is not yet planned (it is at step 10): warm-up,
 # then the peak rate.
 UNPLANNED_STEPS = 10**9
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint's state.json holds besides the schedule: where the run is, what it has measured, and the
+    evaluation model selection keeps (`best`: step, metric, evaluations waited since)."""
+
+    step: int = 0
+    planned_steps: int = UNPLANNED_STEPS
+    losses: list = field(default_factory=list)
+    evaluations: list = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+    real_tokens: int = 0  # not padding; for sentence pairs, source and target
+    padded_tokens: int = 0  # sentence pairs: both sides as batched
+    best: dict | None = None
+    plan_mark: list | None = None  # (step, seconds) of the last wall-clock plan
+    stopped_early: int | None = None
+
+    @classmethod
+    def from_json(cls, saved: dict) -> "TrainState":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in names})
+
+
+@dataclass
+class Session:
+    """Everything `setup` builds for the loop and `finish`: the accelerator, the data, the model (`model` as
+    prepared or sharded, `plain` the module itself, which is evaluated and saved), the optimizer and schedule."""
+
+    recipe: Recipe
+    accelerator: Accelerator
+    prepared: tasks.Prepared
+    model: torch.nn.Module
+    plain: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    collator: object
+    state: TrainState
+    distributed: dict
+    fsdp: object = None  # the FSDP settings of the launch, if any
+    tracker: str | None = None
+    plan: bool = False  # a wall-clock budget still to be fitted (at steps 10 and 50)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.recipe.training.output_dir)
+
+    @property
+    def shards(self):
+        return (self.model, self.optimizer) if self.fsdp else None
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: bool = False, prepared=None):
+    """Train `recipe`, save the final model, tokenizer, card, metrics and loss curve in training.output_dir, and
+    return the run (`RunResult`: the model trained, its tokenizer, evaluations and summary). `prepared`: the data
+    already prepared by `tasks.prepare` for this recipe (a study prepares it once for all its members)."""
+    session = setup(recipe, resume, overwrite, prepared)
+    loop(session, progress)
+    return finish(session)
+
+
+def setup(recipe: Recipe, resume: bool, overwrite: bool, prepared=None) -> Session:
+    """Check the recipe against the launch, make the run folder, read the data, build the model, optimizer and
+    schedule (sharded under FSDP), and load the checkpoint to resume from."""
+    t = recipe.training
+    output_dir = Path(t.output_dir)
+    check_precision(t)
+    fsdp = sharding.requested()  # `accelerate launch --config_file recipes/accelerate/fsdp.yaml`
+    check_launch(t, fsdp)
+    tracker = resolve_tracker(t.log_with)
+    on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
+    # cpu=True on a machine without an accelerator makes torchrun's processes join over gloo (multi-CPU data parallel)
+    accelerator = Accelerator(
+        mixed_precision=t.mixed_precision,
+        log_with=tracker,
+        project_dir=str(output_dir),
+        cpu=on_cpu,
+        dynamo_backend="inductor" if t.compile else None,
+    )
+    check_batch_split(t, accelerator.num_processes)
+    if accelerator.is_main_process:
+        check_output_dir(recipe, output_dir, resume, overwrite)
+    accelerator.wait_for_everyone()
+    torch.set_num_threads(choose_threads(t.threads))
+    torch.set_flush_denormal(True)
+    (output_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    if accelerator.is_main_process and not resume:
+        (output_dir / "checkpoints" / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
+    prepared = prepared or prepare_data(recipe, accelerator)
+    check_data(recipe, prepared, accelerator)
+    set_seed(t.seed)
+    model = build_model(recipe, prepared)
+    collator = prepared.task.collator(recipe, prepared.tokenizer, model)
+    if fsdp:  # hf-seq shards the model itself (hf_seq/sharding.py); accelerate launched the processes
+        model = shard_model(model, fsdp, accelerator, t)
+        optimizer = make_optimizer(model, t, accelerator)
+    else:
+        model, optimizer = accelerator.prepare(model, make_optimizer(model, t, accelerator))
+    plain = accelerator.unwrap_model(model, keep_torch_compile=False)  # the model itself: evaluated, saved
+    distributed = describe_distributed(accelerator, fsdp, t, plain)
+    if accelerator.num_processes > 1 or fsdp:
+        accelerator.print(f"distributed: {distributed['distributed_type']} over {accelerator.num_processes} processes")
+    step_cap = t.max_steps or UNPLANNED_STEPS  # max_seconds alone: no step limit, the plan at step 10 sets the end
+    state = TrainState(planned_steps=step_cap)
+    scheduler = _scheduler(t, optimizer, step_cap)
+    session = Session(recipe, accelerator, prepared, model, plain, optimizer, scheduler, collator, state, distributed)
+    session.fsdp, session.tracker = fsdp, tracker
+    if resume:
+        session.state = TrainState.from_json(
+            load_checkpoint(accelerator, output_dir, scheduler, shards=session.shards, data=prepared.train)
+        )
+        # a resumed run may be given a new max_steps: the schedule then ends there
+        planned = session.state.planned_steps if t.max_seconds else step_cap
+        session.state.planned_steps = min(planned, step_cap)
+        session.scheduler = _scheduler(t, optimizer, session.state.planned_steps, state_dict=scheduler.state_dict())
+    # a wall-clock budget is fitted at steps 10 and 50; a resumed run keeps the plan it made before the interruption
+    session.plan = bool(t.max_seconds) and (not resume or session.state.plan_mark is None)
+    if budget_note(t):
+        plan_note = "; the speed at step 10 and 50 says which" if session.plan and t.max_steps else ""
+        accelerator.print(budget_note(t) + plan_note)
+    if tracker:
+        accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
+    return session
+
+
+def check_launch(t, fsdp) -> None:
+    """What the launch asks for against what the recipe says, before anything is read."""
+    launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if launched not in ("no", t.mixed_precision) and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        print(
+            f"note: the launch config asks for mixed_precision {launched!r}; the run follows the recipe's "
+            f"training.mixed_precision={t.mixed_precision!r} (set it in the recipe or as an override)"
+        )
+    if fsdp and (t.select_by or t.average_checkpoints):
+        raise RecipeError(
+            "training.select_by and training.average_checkpoints are not supported with FSDP yet: the weights they "
+            "keep are whole"
+        )
+    if fsdp and t.mixed_precision == "fp16":
+        raise RecipeError("training.mixed_precision='fp16' is not supported with FSDP in hf-seq; use 'bf16'")
+
+
+def prepare_data(recipe: Recipe, accelerator: Accelerator) -> tasks.Prepared:
+    """The recipe's data, with its tokenizer trained (or loaded) once and kept in the run's checkpoints folder."""
+    return tasks.prepare(
+        recipe,
+        tokenizer_folder=Path(recipe.training.output_dir) / "checkpoints" / "tokenizer",
+        is_main=accelerator.is_main_process,
+        wait=accelerator.wait_for_everyone,
+        main_first=accelerator.main_process_first,
+        process_index=accelerator.process_index,
+        num_processes=accelerator.num_processes,
+    )
+
+
+def check_data(recipe: Recipe, prepared: tasks.Prepared, accelerator: Accelerator) -> None:
+    train_set, batch_size = prepared.train, recipe.training.batch_size
+    if not isinstance(train_set, BlockStream) and len(train_set) < batch_size:
+        raise InvalidValueError(
+            f"the training data has {len(train_set)} examples, fewer than one batch of {batch_size}"
+        )
+    for key, count in prepared.notes.items():
+        if "truncated" in key and count:
+            accelerator.print(f"note: {count} {key.replace('_', ' ')} (longer than data.block_size)")
+
+
+def loop(session: Session, progress: bool) -> None:
+    """Steps until the planned end, a time limit or early stopping; evaluations every training.eval_every steps and
+    at the end; checkpoints every training.save_every steps and on Ctrl-C / SIGTERM (which then exits)."""
+    s, recipe, t, accelerator = session.state, session.recipe, session.recipe.training, session.accelerator
+    total = None if session.plan else s.planned_steps  # known once the budget is planned
+    disable = not (progress and accelerator.is_local_main_process)
+    bar = tqdm(total=total, initial=s.step, desc="training", disable=disable)
+    start_time = time.perf_counter() - s.seconds
+    session.model.train()
+    with StopRequest() as stop:
+        while s.step < s.planned_steps:
+            set_scheduled_sampling(recipe, session.plain, s.step)
+            batches = global_batch(
+                session.prepared.train, session.collator, s.step, t, accelerator, recipe.data.shuffle,
+                recipe.data.batch_tokens,
+            )  # fmt: skip
+            loss = train_step(
+                session.model, session.optimizer, session.scheduler, batches, session.prepared.task, t, accelerator,
+                sharded=bool(session.fsdp),
+            )  # fmt: skip
+            s.step += 1
+            s.tokens += sum(int(b["input_ids"].numel()) for b in batches) * accelerator.num_processes
+            count_tokens(s, batches, session.prepared.task, accelerator)
+            s.seconds = time.perf_counter() - start_time
+            s.losses.append(loss)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{session.scheduler.get_last_lr()[0]:.2e}")
+            if session.tracker:
+                accelerator.log({"train/loss": loss, "train/lr": session.scheduler.get_last_lr()[0]}, step=s.step)
+            # plan at step 10, and again at 50 once the first steps' warm-up no longer weighs on the speed
+            if session.plan and s.step in (10, 50) and s.step < s.planned_steps:
+                replan(session, bar)
+            last = s.step >= s.planned_steps or _out_of_time(t, s, accelerator)
+            if s.step % t.eval_every == 0 or last:
+                last = evaluate_now(session, bar, last)
+            interrupted = _any(accelerator, stop.signal is not None)
+            if (s.step % t.save_every == 0 and not last) or interrupted:
+                save_checkpoint(
+                    accelerator, session.output_dir, dataclasses.asdict(s), session.scheduler, t.keep_checkpoints,
+                    shards=session.shards, data=session.prepared.train,
+                )  # fmt: skip
+            if interrupted:
+                bar.close()
+                accelerator.print(
+                    f"\n{stop.signal or 'stop'}: saved a checkpoint of step {s.step} in {session.output_dir}/"
+                    "checkpoints; continue with the same command and --resume"
+                )
+                raise SystemExit(130 if stop.signal == "SIGINT" else 143)
+            if last:
+                break
+    bar.close()
+    if session.tracker:
+        accelerator.end_training()
+
+
+def replan(session: Session, bar) -> None:
+    """Fit the schedule to the steps the wall-clock budget holds at the speed measured so far."""
+    s, t = session.state, session.recipe.training
+    fit, per_step = _plan_steps(t, s, session.accelerator)
+    s.planned_steps = min(fit, t.max_steps or UNPLANNED_STEPS)
+    session.scheduler = _scheduler(t, session.optimizer, s.planned_steps, state_dict=session.scheduler.state_dict())
+    bar.total = s.planned_steps
+    bar.refresh()
+    if session.accelerator.is_main_process:
+        bar.write(f"step {s.step}: {_plan_note(t, s, fit, per_step)}")
+
+
+def evaluate_now(session: Session, bar, last: bool) -> bool:
+    """One periodic evaluation, logged and shown; keeps the weights model selection or averaging needs. Returns
+    whether this is the last step: `last`, or training.patience says to stop here."""
+    s, recipe, t, accelerator = session.state, session.recipe, session.recipe.training, session.accelerator
+    metrics = tasks.evaluate(recipe, session.prepared, session.plain, accelerator.device)
+    s.evaluations.append({"step": s.step, "tokens": s.tokens, "seconds": s.seconds} | metrics)
+    if session.tracker:
+        accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=s.step)
+    if accelerator.is_main_process:
+        shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k not in DECODING_KEYS}
+        bar.write(f"step {s.step}: " + ", ".join(_show(k, v) for k, v in shown.items()))
+    if t.average_checkpoints:
+        keep_snapshot(accelerator, session.plain, session.output_dir, s, t)
+    if not (t.select_by and keep_best(accelerator, session.plain, session.output_dir, s, metrics, t)) or last:
+        return last
+    s.stopped_early = s.step
+    key, higher = SELECT_BY[t.select_by]
+    accelerator.print(
+        f"step {s.step}: {t.patience} evaluations without a {'higher' if higher else 'lower'} "
+        f"{key} than step {s.best['step']}'s (training.patience): stopping"
+    )
+    return True
+
+
+def finish(session: Session) -> RunResult:
+    """Keep the selected or averaged weights, save the model (whole: one model.safetensors, also after a sharded
+    run), tokenizer, metrics, recipe, loss curve and card, and return the run."""
+    s, recipe, accelerator, prepared = session.state, session.recipe, session.accelerator, session.prepared
+    output_dir, t, plain = session.output_dir, recipe.training, session.plain
+    final = s.evaluations[-1] if s.evaluations else {}
+    if s.best:  # training.select_by: the model saved, and the figures reported, are the best evaluation's
+        from safetensors.torch import load_model
+
+        load_model(plain, output_dir / "checkpoints" / "best.safetensors")
+        final = next(e for e in s.evaluations if e["step"] == s.best["step"])
+    averaged = None
+    if t.average_checkpoints:  # the mean of several evaluations' weights, scored again
+        averaged = averaged_steps(snapshot_steps(output_dir), t.average_checkpoints, s.best and s.best["step"])
+        average_snapshots(plain, output_dir, averaged)
+        final = tasks.evaluate(recipe, prepared, plain, accelerator.device)
+    summary = summarize(session, final, averaged)
+    accelerator.wait_for_everyone()
+    # collectives: every process takes part in gathering the FSDP / ZeRO-3 shards
+    sharded = bool(session.fsdp)
+    state_dict = sharding.full_state_dict(session.model) if sharded else accelerator.get_state_dict(session.model)
+    state_dict = {k.removeprefix("_orig_mod."): v for k, v in state_dict.items()}  # the names under torch.compile
+    unwrapped = sharding.unsharded_twin(plain) if sharded else plain
+    if prepared.task.generates:
+        tasks.set_decoding(unwrapped, recipe)  # generation_config.json: the folder decodes as the evaluations did
+    unwrapped.save_pretrained(
+        output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
+    )
+    if accelerator.is_main_process:
+        history, curve = {"evaluations": s.evaluations}, {"losses": s.losses, "evaluations": s.evaluations}
+        save_run_files(recipe, output_dir, prepared.tokenizer, unwrapped.config, summary, history, curve)
+    accelerator.wait_for_everyone()
+    return RunResult(plain.eval(), prepared.tokenizer, s.evaluations, summary, output_dir, accelerator.device, prepared)
+
+
+def summarize(session: Session, final: dict, averaged: list[int] | None) -> dict:
+    """metrics.json's summary: the run's steps, tokens and time, how it ran, and the final (or selected) figures."""
+    s, recipe, prepared = session.state, session.recipe, session.prepared
+    rows = len(prepared.train) if hasattr(prepared.train, "__len__") else None
+    processes = session.accelerator.num_processes
+    return {
+        "steps": s.step,
+        "tokens": s.tokens,
+        "seconds": s.seconds,
+        "tokens_per_second": s.tokens / max(s.seconds, 1e-9),
+        "final_train_loss": s.losses[-1] if s.losses else None,
+        "epochs": epochs_trained(recipe, prepared.train, s.step, processes) if rows else None,
+        **token_summary(s),
+        **({"best_step": s.best["step"], "selected_by": recipe.training.select_by} if s.best else {}),
+        **({"averaged_checkpoints": averaged} if averaged else {}),
+        **({"stopped_early": s.stopped_early} if s.stopped_early is not None else {}),
+        **{k: v for k, v in prepared.notes.items() if k.startswith("train_")},
+        **{k: v for k, v in final.items() if k not in ("step", "tokens", "seconds")},
+        **session.distributed,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- model and optimizer
@@ -74,65 +392,6 @@ def decay_parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[
         if param.requires_grad:
             (decay if param.dim() >= 2 else no_decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def build_config(recipe: Recipe, tokenizer, **extra):
-    """The recipe's model section, completed with the tokenizer's vocabulary size and special-token ids."""
-    fam = get_family(recipe.family)
-    fields = {f.name for f in dataclasses.fields(fam.config_class)}
-    kwargs = {k: v for k, v in recipe.model.items() if k != "from_pretrained"} | extra
-    kwargs.setdefault("vocab_size", len(tokenizer))
-    for name in ("pad", "bos", "eos"):
-        token_id = getattr(tokenizer, f"{name}_token_id", None)
-        if f"{name}_token_id" in fields and token_id is not None:
-            kwargs.setdefault(f"{name}_token_id", token_id)
-    if "decoder_start_token_id" in fields and tokenizer.bos_token_id is not None:
-        kwargs.setdefault("decoder_start_token_id", tokenizer.bos_token_id)
-    if "max_position_embeddings" in fields and "max_position_embeddings" not in recipe.model:
-        default = fam.config_class().max_position_embeddings
-        kwargs["max_position_embeddings"] = max(default, recipe.data.block_size)
-    return fam.config_class(**kwargs)
-
-
-def build_model(recipe: Recipe, prepared: tasks.Prepared):
-    """A fresh model from the recipe's config keys, or `model.from_pretrained: FOLDER` with a new task head."""
-    model_class = get_family(recipe.family).model_class(prepared.task.auto_class)
-    source = recipe.model.get("from_pretrained")
-    if source:
-        options = {k: v for k, v in recipe.model.items() if k != "from_pretrained"}
-        try:
-            return model_class.from_pretrained(source, **prepared.label_kwargs, **options)
-        except OSError as error:  # transformers' answer for a folder or Hub name that holds no model
-            raise MissingFileError(f"model.from_pretrained: {source!r} does not load: {error}") from error
-    return model_class(build_config(recipe, prepared.tokenizer, **prepared.label_kwargs))
-
-
-def choose_threads(requested: int | None = None) -> int:
-    """Torch threads for a run: the recipe's, else one per core that other processes are not using right now.
-    Per-step work on a few cores stalls at OpenMP barriers when another process holds one of them, so on a shared
-    machine fewer threads are faster, and a busy machine slows a run in proportion instead of by 20x."""
-    if requested:
-        return requested
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, round(cores - busy_cores())))
-
-
-def busy_cores(seconds: float = 0.3) -> float:
-    """How many cores other processes keep busy: measured from /proc/stat over `seconds` where there is one (the
-    1-minute load average lags a process that has just started), else the load average."""
-
-    def sample():
-        with open("/proc/stat") as stat:
-            values = [int(v) for v in stat.readline().split()[1:]]
-        return values[3] + values[4], sum(values)  # idle + iowait, total
-
-    try:
-        idle0, total0 = sample()
-        time.sleep(seconds)
-        idle1, total1 = sample()
-        return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
-    except (OSError, ValueError, IndexError):
-        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
 def make_optimizer(model: torch.nn.Module, t, accelerator: Accelerator) -> torch.optim.Optimizer:
@@ -175,145 +434,6 @@ def describe_distributed(accelerator: Accelerator, fsdp, t, model) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------------------------- checkpoints
-def checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints (their state.json is written last), newest first."""
-    found = [p for p in (output_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}*") if (p / "state.json").exists()]
-    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]), reverse=True)
-
-
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    found = checkpoints(output_dir)
-    return found[0] if found else None
-
-
-def save_checkpoint(
-    accelerator: Accelerator, output_dir: Path, state: dict, scheduler, keep: int, shards=None, data=None
-) -> None:
-    """`shards`: (model, optimizer) of a sharded run, whose states each process writes itself; `data`: the training
-    blocks (a stream writes each process's position in it)."""
-    folder = output_dir / "checkpoints"
-    final = folder / f"{CHECKPOINT_PREFIX}{state['step']}"
-    partial = folder / f".partial-{CHECKPOINT_PREFIX}{state['step']}"
-    if accelerator.is_main_process and partial.exists():
-        shutil.rmtree(partial)
-    accelerator.wait_for_everyone()
-    # safetensors stores a tied weight once; accelerate warns that it dropped the tied twin ("Removed shared
-    # tensor"), which is harmless here: load_state loads into the same model, whose tie restores it (resumes are
-    # tested bit-identical)
-    accelerate_logger = logging.getLogger("accelerate.utils.other")
-    level = accelerate_logger.level
-    accelerate_logger.setLevel(logging.ERROR)
-    try:
-        accelerator.save_state(str(partial), safe_serialization=True)
-        if shards:
-            sharding.save_shards(*shards, partial, accelerator.process_index)
-        if isinstance(data, BlockStream):  # streaming: each process's position in its stream, before state.json
-            data.save(partial, accelerator.process_index)
-    except OSError as error:  # a full disk, a quota: the earlier checkpoints are untouched
-        earlier = latest_checkpoint(output_dir)
-        raise OSError(
-            error.errno,
-            f"could not write the checkpoint of step {state['step']} to {partial} ({error.strerror or error}); "
-            + (f"{earlier} is intact: " if earlier else "")
-            + "free some space and run the same command with --resume",
-        ) from error
-    finally:
-        accelerate_logger.setLevel(level)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        record_checksums(partial)  # safetensors has no checksum: --resume checks these
-        # written last: marks the checkpoint complete
-        (partial / "state.json").write_text(json.dumps({**state, "scheduler": scheduler.state_dict()}))
-        if final.exists():
-            shutil.rmtree(final)
-        partial.rename(final)
-        for stale in checkpoints(output_dir)[keep:]:
-            shutil.rmtree(stale)
-    accelerator.wait_for_everyone()
-
-
-def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler, shards=None, data=None) -> dict:
-    """The newest checkpoint that loads; one that does not (a file cut short, a disk that filled, weights that differ
-    from their recorded SHA-256) is reported and the previous one is tried. Only tensors, safetensors and JSON are
-    read: a pickle planted in the folder is refused."""
-    from accelerate.utils import load
-
-    found = checkpoints(output_dir)
-    if not found:
-        raise MissingFileError(
-            f"--resume: {output_dir} holds no complete checkpoint to resume from; run without --resume to start"
-        )
-    for checkpoint in found:
-        try:
-            verify_checksums(checkpoint)
-            for rng in sorted(checkpoint.glob("random_states_*.pkl")):  # accelerate skips unreadable ones silently
-                load(rng, weights_only=True)
-            if not list(checkpoint.glob("random_states_*.pkl")):
-                raise FileNotFoundError(f"{checkpoint} has no random_states_*.pkl: the resume would not be exact")
-            accelerator.load_state(str(checkpoint))
-            if shards:
-                sharding.load_shards(*shards, checkpoint, accelerator.process_index)
-            if isinstance(data, BlockStream):  # streaming: each process continues its own stream
-                data.load(checkpoint, accelerator.process_index)
-            state = json.loads((checkpoint / "state.json").read_text())
-            scheduler.load_state_dict({**state.pop("scheduler"), "lr_lambdas": [None] * len(scheduler.lr_lambdas)})
-        except Exception as error:  # noqa: BLE001  (any damage: say which file, fall back to an older checkpoint)
-            accelerator.print(f"warning: checkpoint {checkpoint} does not load ({type(error).__name__}: {error})")
-            if checkpoint == found[-1]:
-                raise DamagedRunError(
-                    f"--resume: no checkpoint in {output_dir / 'checkpoints'} loads (the warnings above say why); "
-                    "start again with --overwrite, or restore the folder from a copy"
-                ) from error
-            continue
-        accelerator.print(f"resuming from {checkpoint} (step {state['step']})")
-        return state
-
-
-def check_output_dir(recipe: Recipe, output_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Never overwrite a finished or interrupted run by accident, and never resume with a different recipe."""
-    saved = output_dir / "checkpoints" / "recipe.json"
-    if resume:
-        if not saved.exists():
-            raise MissingFileError(f"--resume: {output_dir} holds no run to resume (no checkpoints/recipe.json)")
-        before, now = _flatten(json.loads(saved.read_text())), _flatten(recipe.to_dict())
-        changed = sorted(
-            k for k in before.keys() | now.keys() if before.get(k) != now.get(k) and k not in RESUMABLE_KEYS
-        )
-        if changed:
-            lines = [f"  {k}: {before.get(k)!r} -> {now.get(k)!r}" for k in changed]
-            raise RecipeError(
-                "--resume with a different recipe; these keys may not change on resume:\n"
-                + "\n".join(lines)
-                + f"\n(keys that may: {sorted(RESUMABLE_KEYS)})"
-            )
-        return
-    # a run that stopped before its first checkpoint (its data did not load, or it was killed at once) has no steps
-    # to lose: it is started again, not protected
-    earlier = [name for name in ("config.json", "model.safetensors") if (output_dir / name).exists()]
-    if checkpoints(output_dir):
-        earlier.insert(0, "checkpoints")
-    elif (output_dir / "checkpoints").exists() and not earlier:
-        shutil.rmtree(output_dir / "checkpoints")
-    if earlier and not overwrite:
-        raise RunExistsError(
-            f"{output_dir} holds an earlier run ({', '.join(earlier)}): pass --resume to continue it, --overwrite to "
-            "replace it, or choose another training.output_dir"
-        )
-    if earlier:
-        shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and key != "model":
-            flat |= _flatten(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 class StopRequest:
     """Turns Ctrl-C / SIGTERM into a request the loop honours at the end of the current step. A Ctrl-C after a stop
     was requested stops at once; a repeated SIGTERM does not, because on a cluster one notice can arrive twice (Slurm
@@ -338,236 +458,7 @@ class StopRequest:
             signal.signal(s, handler)
 
 
-# ---------------------------------------------------------------------------------------------- the loop
-def run(recipe: Recipe, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
-    """Train `recipe` and save the final model, tokenizer, card, metrics and loss curve in training.output_dir."""
-    t = recipe.training
-    output_dir = Path(t.output_dir)
-    on_cpu = not (torch.cuda.is_available() or torch.backends.mps.is_available())
-    if t.mixed_precision == "fp16" and on_cpu:
-        raise RecipeError("training.mixed_precision='fp16' needs a GPU; on a CPU use 'bf16' (or 'no')")
-    tracker = resolve_tracker(t.log_with)
-    fsdp = sharding.requested()  # `accelerate launch --config_file recipes/accelerate/fsdp.yaml`
-    launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
-    if launched not in ("no", t.mixed_precision) and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        print(
-            f"note: the launch config asks for mixed_precision {launched!r}; the run follows the recipe's "
-            f"training.mixed_precision={t.mixed_precision!r} (set it in the recipe or as an override)"
-        )
-    if fsdp and (t.select_by or t.average_checkpoints):
-        raise RecipeError(
-            "training.select_by and training.average_checkpoints are not supported with FSDP yet: the weights they "
-            "keep are whole"
-        )
-    if fsdp and t.mixed_precision == "fp16":
-        raise RecipeError("training.mixed_precision='fp16' is not supported with FSDP in hf-seq; use 'bf16'")
-    # cpu=True on a machine without an accelerator makes torchrun's processes join over gloo (multi-CPU data parallel)
-    accelerator = Accelerator(
-        mixed_precision=t.mixed_precision,
-        log_with=tracker,
-        project_dir=str(output_dir),
-        cpu=on_cpu,
-        dynamo_backend="inductor" if t.compile else None,
-    )
-    processes = accelerator.num_processes
-    if t.batch_size % (t.gradient_accumulation_steps * processes):
-        raise InvalidValueError(
-            f"training.batch_size ({t.batch_size}) must be divisible by gradient_accumulation_steps x processes "
-            f"({t.gradient_accumulation_steps} x {processes}): it is the global batch"
-        )
-    if accelerator.is_main_process:
-        check_output_dir(recipe, output_dir, resume, overwrite)
-    accelerator.wait_for_everyone()
-    torch.set_num_threads(choose_threads(t.threads))
-    torch.set_flush_denormal(True)
-    (output_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    if accelerator.is_main_process and not resume:
-        (output_dir / "checkpoints" / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
-
-    prepared = tasks.prepare(
-        recipe,
-        tokenizer_folder=output_dir / "checkpoints" / "tokenizer",
-        is_main=accelerator.is_main_process,
-        wait=accelerator.wait_for_everyone,
-        main_first=accelerator.main_process_first,
-        process_index=accelerator.process_index,
-        num_processes=accelerator.num_processes,
-    )
-    task, tokenizer, train_set = prepared.task, prepared.tokenizer, prepared.train
-    if not isinstance(train_set, BlockStream) and len(train_set) < t.batch_size:
-        raise InvalidValueError(
-            f"the training data has {len(train_set)} examples, fewer than one batch of {t.batch_size}"
-        )
-    for key, count in prepared.notes.items():
-        if "truncated" in key and count:
-            accelerator.print(f"note: {count} {key.replace('_', ' ')} (longer than data.block_size)")
-    set_seed(t.seed)
-    model = build_model(recipe, prepared)
-    collator = task.collator(recipe, tokenizer, model)
-    if fsdp:  # hf-seq shards the model itself (hf_seq/sharding.py); accelerate launched the processes
-        model = shard_model(model, fsdp, accelerator, t)
-        optimizer = make_optimizer(model, t, accelerator)
-    else:
-        model, optimizer = accelerator.prepare(model, make_optimizer(model, t, accelerator))
-    shards = (model, optimizer) if fsdp else None
-    plain = accelerator.unwrap_model(model, keep_torch_compile=False)  # the model itself: evaluated, saved
-    distributed = describe_distributed(accelerator, fsdp, t, plain)
-    if accelerator.num_processes > 1 or fsdp:
-        accelerator.print(f"distributed: {distributed['distributed_type']} over {accelerator.num_processes} processes")
-    step_cap = t.max_steps or UNPLANNED_STEPS  # max_seconds alone: no step limit, the plan at step 10 sets the end
-    state = {"step": 0, "planned_steps": step_cap, "losses": [], "evaluations": [], "tokens": 0, "seconds": 0.0}
-    scheduler = _scheduler(t, optimizer, step_cap)
-    if resume:
-        state = load_checkpoint(accelerator, output_dir, scheduler, shards=shards, data=train_set)
-        # a resumed run may be given a new max_steps: the schedule then ends there
-        planned = state["planned_steps"] if t.max_seconds else step_cap
-        state["planned_steps"] = min(planned, step_cap)
-        scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
-    # a wall-clock budget is fitted at steps 10 and 50; a resumed run keeps the plan it made before the interruption
-    plan = bool(t.max_seconds) and (not resume or "plan_mark" not in state)
-    if budget_note(t):
-        accelerator.print(budget_note(t) + ("; the speed at step 10 and 50 says which" if plan and t.max_steps else ""))
-    if tracker:
-        accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
-
-    total = None if plan else state["planned_steps"]  # known once the budget is planned
-    disable = not (progress and accelerator.is_local_main_process)
-    bar = tqdm(total=total, initial=state["step"], desc="training", disable=disable)
-    start_time = time.perf_counter() - state["seconds"]
-    model.train()
-    with StopRequest() as stop:
-        while state["step"] < state["planned_steps"]:
-            set_scheduled_sampling(recipe, plain, state["step"])
-            batches = global_batch(
-                train_set, collator, state["step"], t, accelerator, recipe.data.shuffle, recipe.data.batch_tokens
-            )
-            loss = train_step(model, optimizer, scheduler, batches, task, t, accelerator, sharded=bool(fsdp))
-            state["step"] += 1
-            state["tokens"] += sum(int(b["input_ids"].numel()) for b in batches) * accelerator.num_processes
-            count_tokens(state, batches, task, accelerator)
-            state["seconds"] = time.perf_counter() - start_time
-            state["losses"].append(loss)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-            if tracker:
-                accelerator.log({"train/loss": loss, "train/lr": scheduler.get_last_lr()[0]}, step=state["step"])
-            # plan at step 10, and again at 50 once the first steps' warm-up no longer weighs on the speed
-            if plan and state["step"] in (10, 50) and state["step"] < state["planned_steps"]:
-                fit, per_step = _plan_steps(t, state, accelerator)
-                state["planned_steps"] = min(fit, step_cap)  # fit the schedule to the budget
-                scheduler = _scheduler(t, optimizer, state["planned_steps"], state_dict=scheduler.state_dict())
-                bar.total = state["planned_steps"]
-                bar.refresh()
-                if accelerator.is_main_process:
-                    bar.write(f"step {state['step']}: {_plan_note(t, state, fit, per_step)}")
-            last = state["step"] >= state["planned_steps"] or _out_of_time(t, state, accelerator)
-            if state["step"] % t.eval_every == 0 or last:
-                metrics = tasks.evaluate(recipe, prepared, plain, accelerator.device)
-                state["evaluations"].append({k: state[k] for k in ("step", "tokens", "seconds")} | metrics)
-                if tracker:
-                    accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state["step"])
-                if accelerator.is_main_process:
-                    shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k not in DECODING_KEYS}
-                    bar.write(f"step {state['step']}: " + ", ".join(_show(k, v) for k, v in shown.items()))
-                if t.average_checkpoints:
-                    keep_snapshot(accelerator, plain, output_dir, state, t)
-                if t.select_by and keep_best(accelerator, plain, output_dir, state, metrics, t) and not last:
-                    last = True
-                    state["stopped_early"] = state["step"]
-                    key, higher = SELECT_BY[t.select_by]
-                    accelerator.print(
-                        f"step {state['step']}: {t.patience} evaluations without a {'higher' if higher else 'lower'} "
-                        f"{key} than step {state['best']['step']}'s (training.patience): stopping"
-                    )
-            interrupted = _any(accelerator, stop.signal is not None)
-            if (state["step"] % t.save_every == 0 and not last) or interrupted:
-                save_checkpoint(
-                    accelerator, output_dir, state, scheduler, t.keep_checkpoints, shards=shards, data=train_set
-                )
-            if interrupted:
-                bar.close()
-                accelerator.print(
-                    f"\n{stop.signal or 'stop'}: saved a checkpoint of step {state['step']} in {output_dir}/checkpoints; "
-                    "continue with the same command and --resume"
-                )
-                raise SystemExit(130 if stop.signal == "SIGINT" else 143)
-            if last:
-                break
-    bar.close()
-    if tracker:
-        accelerator.end_training()
-    return finish(recipe, accelerator, model, prepared, state, distributed, sharded=bool(fsdp))
-
-
-def keep_best(accelerator, model, output_dir: Path, state: dict, metrics: dict, t) -> bool:
-    """`training.select_by`: keep the weights of the best evaluation so far (lowest eval_loss, or highest eval_bleu)
-    in checkpoints/best.safetensors (written under a temporary name, then renamed); returns True once
-    `training.patience` evaluations in a row have not improved on it."""
-    key, higher = SELECT_BY[t.select_by]
-    best = state.get("best")
-    if best is None or (metrics[key] > best[key] if higher else metrics[key] < best[key]):
-        state["best"] = {"step": state["step"], key: metrics[key], "waited": 0}
-        save_weights(accelerator, model, output_dir / "checkpoints" / "best.safetensors")
-        return False
-    best["waited"] += 1
-    return t.patience is not None and best["waited"] >= t.patience
-
-
-def save_weights(accelerator, model, path: Path) -> None:
-    """The model's weights as safetensors, written under a temporary name and then renamed: never half a file."""
-    from safetensors.torch import save_model
-
-    if accelerator.is_main_process:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name("." + path.name)
-        save_model(model, str(partial))
-        partial.replace(path)
-    accelerator.wait_for_everyone()
-
-
-def snapshot_steps(output_dir: Path) -> list[int]:
-    return sorted(int(p.stem.removeprefix("step-")) for p in (output_dir / "checkpoints" / "average").glob("step-*"))
-
-
-def averaged_steps(steps: list[int], count: int, best_step: int | None) -> list[int]:
-    """The evaluations whose weights `training.average_checkpoints` averages: the last `count`, or with model
-    selection the last `count` up to the best one."""
-    return [s for s in steps if best_step is None or s <= best_step][-count:]
-
-
-def keep_snapshot(accelerator, model, output_dir: Path, state: dict, t) -> None:
-    """`training.average_checkpoints`: the weights of this evaluation, kept in checkpoints/average/ beside the others
-    that an average may still need (the last N, and with model selection the N up to the best evaluation)."""
-    folder = output_dir / "checkpoints" / "average"
-    save_weights(accelerator, model, folder / f"step-{state['step']:08d}.safetensors")
-    steps = snapshot_steps(output_dir)
-    best = state.get("best", {}).get("step")
-    needed = set(steps[-t.average_checkpoints :]) | set(averaged_steps(steps, t.average_checkpoints, best))
-    if t.select_by and best is None:  # the best is not known yet: it may be this evaluation (kept above)
-        needed |= set(steps)
-    if accelerator.is_main_process:
-        for step in set(steps) - needed:
-            (folder / f"step-{step:08d}.safetensors").unlink(missing_ok=True)
-
-
-def average_snapshots(model, output_dir: Path, steps: list[int]) -> None:
-    """Load into `model` the mean of the weights of the evaluations `steps` (floating-point tensors; integer buffers
-    are taken from the last)."""
-    from safetensors.torch import load_file
-
-    folder = output_dir / "checkpoints" / "average"
-    total = None
-    for step in steps:
-        weights = load_file(folder / f"step-{step:08d}.safetensors")
-        if total is None:
-            total = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}
-            continue
-        for k, v in weights.items():
-            total[k] = total[k] + v.double() if v.is_floating_point() else v
-    mean = {k: (v / len(steps)).float() if v.is_floating_point() else v for k, v in total.items()}
-    model.load_state_dict(mean, strict=False)
-
-
+# ---------------------------------------------------------------------------------------------- steps and batches
 def global_batch(
     train_set, collator, step: int, t, accelerator, shuffle: bool = True, batch_tokens: int | None = None
 ) -> list[dict]:
@@ -611,10 +502,10 @@ def epochs_trained(recipe: Recipe, train_set, steps: int, processes: int) -> flo
     return steps / len(budget_batches(train_set, d.batch_tokens, t.seed, 0, min_rows, d.shuffle))
 
 
-def count_tokens(state: dict, batches: list[dict], task, accelerator) -> None:
+def count_tokens(state: TrainState, batches: list[dict], task, accelerator) -> None:
     """Add the step's real tokens (not padding; for sentence pairs the source and the target side) to
-    state["real_tokens"], and for sentence pairs the padded size of both sides to state["padded_tokens"], summed over
-    the processes: padding_fraction = 1 - real / padded."""
+    state.real_tokens, and for sentence pairs the padded size of both sides to state.padded_tokens, summed over the
+    processes: padding_fraction = 1 - real / padded."""
     pairs = "target" in task.columns
     real = sum(b["attention_mask"].sum() if "attention_mask" in b else b["input_ids"].numel() for b in batches)
     padded = 0
@@ -624,17 +515,17 @@ def count_tokens(state: dict, batches: list[dict], task, accelerator) -> None:
     counts = torch.tensor([int(real), padded], device=accelerator.device)
     if accelerator.num_processes > 1:
         counts = accelerator.reduce(counts, reduction="sum")
-    state["real_tokens"] = state.get("real_tokens", 0) + int(counts[0])
+    state.real_tokens += int(counts[0])
     if pairs:
-        state["padded_tokens"] = state.get("padded_tokens", 0) + int(counts[1])
+        state.padded_tokens += int(counts[1])
 
 
-def token_summary(state: dict) -> dict:
+def token_summary(state: TrainState) -> dict:
     """metrics.json: real (non-padding) tokens, and for sentence pairs the share of padding in the training batches."""
-    padded = state.get("padded_tokens")
+    padded = state.padded_tokens
     return {
-        "real_tokens": state.get("real_tokens"),
-        **({"padding_fraction": 1 - state["real_tokens"] / padded} if padded else {}),
+        "real_tokens": state.real_tokens if state.step else None,
+        **({"padding_fraction": 1 - state.real_tokens / padded} if padded else {}),
     }
 
 
@@ -684,22 +575,7 @@ def _scheduler(t, optimizer, steps: int, state_dict: dict | None = None):
     return scheduler
 
 
-def budget_note(t) -> str | None:
-    """What will end a run with a wall-clock budget, said at its start."""
-    if not t.max_seconds:
-        return None
-    if t.max_steps is None:
-        return (
-            f"training.max_seconds={t.max_seconds:g} is the budget (no step limit): the schedule is fitted to the "
-            "steps that fit, at the speed measured at step 10 and 50"
-        )
-    return (
-        f"training.max_steps={t.max_steps} and training.max_seconds={t.max_seconds:g} given: the run ends at "
-        "whichever comes first"
-    )
-
-
-def _plan_note(t, state: dict, fit: int, per_step: float) -> str:
+def _plan_note(t, state: TrainState, fit: int, per_step: float) -> str:
     """Which limit ends the run, at the speed measured so far."""
     speed = f"at {per_step:.3g} s/step"
     if t.max_steps is None:
@@ -709,28 +585,26 @@ def _plan_note(t, state: dict, fit: int, per_step: float) -> str:
             f"{speed}, training.max_seconds={t.max_seconds:g} ends the run, at about step {fit} (before "
             f"training.max_steps={t.max_steps})"
         )
-    end = state["seconds"] + (t.max_steps - state["step"]) * per_step
+    end = state.seconds + (t.max_steps - state.step) * per_step
     return (
         f"{speed}, training.max_steps={t.max_steps} ends the run, after about {end:.0f} s (within "
         f"training.max_seconds={t.max_seconds:g})"
     )
 
 
-def _plan_steps(t, state: dict, accelerator) -> tuple[int, float]:
+def _plan_steps(t, state: TrainState, accelerator) -> tuple[int, float]:
     """With a wall-clock budget, the number of steps that fit in it at the speed measured so far (agreed on by
     every process), so the learning-rate schedule ends when the budget does; and that speed in seconds per step."""
-    mark_step, mark_seconds = state.get("plan_mark", (0, 0.0))  # the speed since the last plan: past the warm-up
-    per_step = (state["seconds"] - mark_seconds) / (state["step"] - mark_step)
-    state["plan_mark"] = (state["step"], state["seconds"])
-    planned = torch.tensor(
-        state["step"] + int((t.max_seconds - state["seconds"]) / per_step), device=accelerator.device
-    )
+    mark_step, mark_seconds = state.plan_mark or (0, 0.0)  # the speed since the last plan: past the warm-up
+    per_step = (state.seconds - mark_seconds) / (state.step - mark_step)
+    state.plan_mark = [state.step, state.seconds]
+    planned = torch.tensor(state.step + int((t.max_seconds - state.seconds) / per_step), device=accelerator.device)
     planned = accelerator.reduce(planned, reduction="min").item() if accelerator.num_processes > 1 else planned.item()
-    return max(state["step"] + 1, int(planned)), per_step
+    return max(state.step + 1, int(planned)), per_step
 
 
-def _out_of_time(t, state: dict, accelerator) -> bool:
-    return bool(t.max_seconds) and _any(accelerator, state["seconds"] >= t.max_seconds)
+def _out_of_time(t, state: TrainState, accelerator) -> bool:
+    return bool(t.max_seconds) and _any(accelerator, state.seconds >= t.max_seconds)
 
 
 def _show(key: str, value) -> str:
@@ -743,117 +617,4 @@ def _any(accelerator, flag: bool) -> bool:
     return bool(accelerator.reduce(torch.tensor(int(flag), device=accelerator.device), reduction="sum").item())
 
 
-def finish(recipe: Recipe, accelerator, model, prepared, state: dict, distributed: dict, sharded: bool = False) -> dict:
-    """Save the model (whole: one model.safetensors, also after a sharded run), tokenizer, metrics, recipe, loss
-    curve and card; return the summary."""
-    output_dir = Path(recipe.training.output_dir)
-    final = state["evaluations"][-1] if state["evaluations"] else {}
-    best = state.get("best")
-    plain = accelerator.unwrap_model(model, keep_torch_compile=False)
-    if best:  # training.select_by: the model saved, and the figures reported, are the best evaluation's
-        from safetensors.torch import load_model
-
-        load_model(plain, output_dir / "checkpoints" / "best.safetensors")
-        final = next(e for e in state["evaluations"] if e["step"] == best["step"])
-    averaged = None
-    t = recipe.training
-    if t.average_checkpoints:  # the mean of several evaluations' weights, scored again
-        averaged = averaged_steps(snapshot_steps(output_dir), t.average_checkpoints, best["step"] if best else None)
-        average_snapshots(plain, output_dir, averaged)
-        final = tasks.evaluate(recipe, prepared, plain, accelerator.device)
-    rows = len(prepared.train) if hasattr(prepared.train, "__len__") else None
-    summary = {
-        "steps": state["step"],
-        "tokens": state["tokens"],
-        "seconds": state["seconds"],
-        "tokens_per_second": state["tokens"] / max(state["seconds"], 1e-9),
-        "final_train_loss": state["losses"][-1] if state["losses"] else None,
-        "epochs": epochs_trained(recipe, prepared.train, state["step"], accelerator.num_processes) if rows else None,
-        **token_summary(state),
-        **({"best_step": best["step"], "selected_by": recipe.training.select_by} if best else {}),
-        **({"averaged_checkpoints": averaged} if averaged else {}),
-        **({"stopped_early": state["stopped_early"]} if "stopped_early" in state else {}),
-        **{k: v for k, v in prepared.notes.items() if k.startswith("train_")},
-        **{k: v for k, v in final.items() if k not in ("step", "tokens", "seconds")},
-        **distributed,
-    }
-    accelerator.wait_for_everyone()
-    # collectives: every process takes part in gathering the FSDP / ZeRO-3 shards
-    state_dict = sharding.full_state_dict(model) if sharded else accelerator.get_state_dict(model)
-    state_dict = {k.removeprefix("_orig_mod."): v for k, v in state_dict.items()}  # the names under torch.compile
-    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
-    if sharded:
-        unwrapped = sharding.unsharded_twin(unwrapped)
-    if prepared.task.generates:
-        tasks.set_decoding(unwrapped, recipe)  # generation_config.json: the folder decodes as the evaluations did
-    unwrapped.save_pretrained(
-        output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
-    )
-    if accelerator.is_main_process:
-        save_run_files(recipe, output_dir, prepared.tokenizer, unwrapped.config, summary, state)
-    accelerator.wait_for_everyone()
-    return summary
-
-
-def save_run_files(recipe, output_dir: Path, tokenizer, config, summary: dict, state: dict) -> None:
-    from hf_seq.cards import write_card
-
-    context = getattr(config, "max_position_embeddings", None) or recipe.data.block_size
-    tokenizer.model_max_length = context  # so truncation=True and the pipelines cut to the model's context
-    tokenizer.save_pretrained(output_dir)
-    (output_dir / "metrics.json").write_text(json.dumps({**summary, "evaluations": state["evaluations"]}, indent=2))
-    (output_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
-    steps = state.get("loss_steps")
-    plot_loss_curve(state["losses"], state["evaluations"], output_dir / "loss_curve.png", steps=steps)
-    write_card(output_dir, recipe=recipe.to_dict(), metrics=summary)
-    record_checksums(output_dir)  # checked by hf-seq evaluate / generate / push
-
-
-def plot_loss_curve(losses: list[float], evaluations: list[dict], path: Path, steps: list[int] | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps or range(1, len(losses) + 1), losses, lw=1, label="training loss")
-    scored = [e for e in evaluations if "eval_loss" in e]
-    if scored:
-        ax.plot([e["step"] for e in scored], [e["eval_loss"] for e in scored], "o-", label="held-out NLL")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy (nats / token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def evaluate_folder(folder, recipe=None, overrides=(), device=None) -> dict:
-    """The metrics a run reports, measured again on a saved model: on the held-out (and test) data of its recipe.
-    Works for every task, pretrained or fine-tuned: the same `tasks.evaluate` the run used."""
-    from transformers import AutoTokenizer
-
-    from hf_seq.recipes import load_recipe
-
-    folder = Path(folder)
-    verify_checksums(folder)
-    if recipe is None:
-        if not (folder / "recipe.json").exists():
-            raise MissingFileError(f"{folder} has no recipe.json (not trained by hf-seq): pass --recipe")
-        recipe = json.loads((folder / "recipe.json").read_text())
-    if not isinstance(recipe, dict):
-        recipe = str(recipe)
-    task_name = (recipe.get("task") if isinstance(recipe, dict) else None) or "causal_lm"
-    command = tasks.TASKS[task_name].command if task_name in tasks.TASKS else "train"
-    recipe = load_recipe(recipe, overrides, command=command)
-    recipe.model = {k: v for k, v in recipe.model.items() if k != "from_pretrained"}
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    prepared = tasks.prepare(recipe, tokenizer=tokenizer)
-    model = get_family(recipe.family).model_class(prepared.task.auto_class).from_pretrained(folder)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    torch.set_num_threads(choose_threads(recipe.training.threads))
-    return tasks.evaluate(recipe, prepared, model.to(device), device)
-
-
-__all__ = ["build_config", "build_model", "evaluate_folder", "run"]
+__all__ = ["RunResult", "TrainState", "build_config", "build_model", "evaluate_folder", "run"]
