@@ -152,50 +152,108 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     tokenizer, train_blocks, heldout = stdlib_tokenizer_and_blocks(
         o["vocab_size"], o["train_chars"], o["heldout_chars"], o["context"]
     )
-    byte_lengths = token_byte_lengths(tokenizer)
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    span = o["prompt_tokens"] + o["new_tokens"]
-    stream = heldout.flatten()
-    starts = torch.linspace(0, len(stream) - span - 1, o["prompts"]).long()  # prompts spread over the held-out text
-    prompts = torch.stack([stream[s : s + o["prompt_tokens"]] for s in starts])
-    references = [until_eos(stream[s + o["prompt_tokens"] : s + span].tolist(), eos, None) for s in starts]
-    generator = torch.Generator().manual_seed(o["seed"])
-    order = torch.randint(len(train_blocks), (o["steps"], o["batch_size"]), generator=generator)
-
+    prompts, references = held_out_prompts(heldout, o, tokenizer.eos_token_id)
     with torch_threads(o["threads"]):
-        model = make_model(o, tokenizer)
-        trained = train(
-            model,
-            lambda step: {"input_ids": train_blocks[order[step]], "labels": train_blocks[order[step]]},
-            o["steps"],
-            o["learning_rate"],
-            weight_decay=0.1,
-        )
-        outputs = {"greedy (argmax loop)": greedy(model, prompts, o["new_tokens"], eos)}
-        for label, kwargs in STRATEGIES.items():
-            torch.manual_seed(o["seed"])
-            generated = model.generate(
-                input_ids=prompts, max_new_tokens=o["new_tokens"], eos_token_id=eos, pad_token_id=pad, **kwargs
-            )
-            outputs[label] = [until_eos(row[o["prompt_tokens"] :].tolist(), eos, pad) for row in generated]
-        outputs["held-out text"] = references
-        figures = {}
-        for label, outs in outputs.items():
-            figures[label] = {
-                **{f"distinct_{n}": distinct(outs, n) for n in (1, 2, 3)},
-                **own_perplexity(model, prompts, outs, byte_lengths),
-                "mean_length": sum(map(len, outs)) / len(outs),
-                "ends_with_eos": sum(1 for x in outs if x and x[-1] == eos) / len(outs),
-            }
-
-    def show(ids: list[int]) -> str:
-        text = tokenizer.decode(ids, skip_special_tokens=True)
-        text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|").replace("`", "'")
-        return text[:90] + ("…" if len(text) > 90 else "")
+        model, trained = train_model(o, tokenizer, train_blocks)
+        outputs = decode(model, prompts, o, tokenizer) | {"held-out text": references}
+        byte_lengths = token_byte_lengths(tokenizer)
+        figures = {
+            label: measure(model, prompts, outs, byte_lengths, tokenizer.eos_token_id)
+            for label, outs in outputs.items()
+        }
 
     greedy_equals_beam1 = outputs["greedy (argmax loop)"] == outputs["beam 1"]
     plots = [plot(figures, folder / "diversity_vs_perplexity.png")]
-    body = "\n\n".join(
+    body = report(o, tokenizer, model, trained, prompts, outputs, figures, greedy_equals_beam1)
+    samples = {
+        label: [tokenizer.decode(x, skip_special_tokens=True) for x in outs[:3]] for label, outs in outputs.items()
+    }
+    results = {
+        "options": {"quick": quick, **o},
+        "greedy_equals_beam1": greedy_equals_beam1,
+        "final_train_loss": trained["final_loss"],
+        "train_seconds": round(trained["seconds"], 1),
+        "strategies": figures,
+        "samples": samples,
+        "claims": claims(figures),
+    }
+    return finish(NAME, TITLE, folder, results, body, started, plots)
+
+
+def held_out_prompts(heldout: torch.Tensor, o: dict, eos: int) -> tuple[torch.Tensor, list[list[int]]]:
+    """`prompts` prompts of `prompt_tokens` tokens spread over the held-out text, (prompts, prompt_tokens), and the
+    `new_tokens` that really followed each (up to the first EOS)."""
+    span = o["prompt_tokens"] + o["new_tokens"]
+    stream = heldout.flatten()
+    starts = torch.linspace(0, len(stream) - span - 1, o["prompts"]).long()
+    prompts = torch.stack([stream[s : s + o["prompt_tokens"]] for s in starts])
+    references = [until_eos(stream[s + o["prompt_tokens"] : s + span].tolist(), eos, None) for s in starts]
+    return prompts, references
+
+
+def train_model(o: dict, tokenizer, train_blocks: torch.Tensor) -> tuple[GPTForCausalLM, dict]:
+    generator = torch.Generator().manual_seed(o["seed"])
+    order = torch.randint(len(train_blocks), (o["steps"], o["batch_size"]), generator=generator)
+    model = make_model(o, tokenizer)
+    trained = train(
+        model,
+        lambda step: {"input_ids": train_blocks[order[step]], "labels": train_blocks[order[step]]},
+        o["steps"],
+        o["learning_rate"],
+        weight_decay=0.1,
+    )
+    return model, trained
+
+
+def decode(model, prompts: torch.Tensor, o: dict, tokenizer) -> dict[str, list[list[int]]]:
+    """Strategy label -> the tokens it wrote after each prompt: the argmax loop, then every STRATEGIES entry through
+    generate(), each sampling from the same seed."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    outputs = {"greedy (argmax loop)": greedy(model, prompts, o["new_tokens"], eos)}
+    for label, kwargs in STRATEGIES.items():
+        torch.manual_seed(o["seed"])
+        generated = model.generate(
+            input_ids=prompts, max_new_tokens=o["new_tokens"], eos_token_id=eos, pad_token_id=pad, **kwargs
+        )
+        outputs[label] = [until_eos(row[o["prompt_tokens"] :].tolist(), eos, pad) for row in generated]
+    return outputs
+
+
+def measure(model, prompts: torch.Tensor, outputs: list[list[int]], byte_lengths, eos: int) -> dict:
+    """distinct-1/2/3, the model's perplexity of the outputs, their mean length and how many ended with EOS."""
+    return {
+        **{f"distinct_{n}": distinct(outputs, n) for n in (1, 2, 3)},
+        **own_perplexity(model, prompts, outputs, byte_lengths),
+        "mean_length": sum(map(len, outputs)) / len(outputs),
+        "ends_with_eos": sum(1 for x in outputs if x and x[-1] == eos) / len(outputs),
+    }
+
+
+def show(tokenizer, ids: list[int]) -> str:
+    """Tokens as text for a Markdown table cell: escaped, on one line, cut at 90 characters."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|").replace("`", "'")
+    return text[:90] + ("…" if len(text) > 90 else "")
+
+
+def report(o, tokenizer, model, trained, prompts, outputs, figures, greedy_equals_beam1: bool) -> str:
+    """The Markdown body: the setup, the strategies' figures, and the first prompt's continuations."""
+    header = [
+        "strategy",
+        "distinct-1",
+        "distinct-2",
+        "distinct-3",
+        "perplexity of the output",
+        "bits/byte",
+        "mean length",
+        "ended with EOS",
+    ]
+    keys = ("distinct_1", "distinct_2", "distinct_3", "output_perplexity", "output_bits_per_byte")
+    rows = [
+        [label, *(f"{f[k]:.2f}" for k in keys), f"{f['mean_length']:.1f}", f"{f['ends_with_eos']:.2f}"]
+        for label, f in figures.items()
+    ]
+    return "\n\n".join(
         [
             prose(__doc__),
             f"The model: GPT, {o['layers']} layers, width {o['hidden_size']}, {count_parameters(model):,} weights, "
@@ -204,44 +262,21 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             f"{o['prompt_tokens']} held-out tokens, up to {o['new_tokens']} new tokens each; sampling seeded with "
             f"{o['seed']} for every strategy. `greedy (argmax loop)` equals `generate(num_beams=1)`: "
             f"{'yes' if greedy_equals_beam1 else 'NO'}.",
+            markdown_table(header, rows),
+            f"The first prompt, `{show(tokenizer, prompts[0].tolist())}`, continued:",
             markdown_table(
-                [
-                    "strategy",
-                    "distinct-1",
-                    "distinct-2",
-                    "distinct-3",
-                    "perplexity of the output",
-                    "bits/byte",
-                    "mean length",
-                    "ended with EOS",
-                ],
-                [
-                    [
-                        label,
-                        f"{f['distinct_1']:.2f}",
-                        f"{f['distinct_2']:.2f}",
-                        f"{f['distinct_3']:.2f}",
-                        f"{f['output_perplexity']:.2f}",
-                        f"{f['output_bits_per_byte']:.2f}",
-                        f"{f['mean_length']:.1f}",
-                        f"{f['ends_with_eos']:.2f}",
-                    ]
-                    for label, f in figures.items()
-                ],
-            ),
-            f"The first prompt, `{show(prompts[0].tolist())}`, continued:",
-            markdown_table(
-                ["strategy", "continuation"], [[label, f"`{show(outs[0])}`"] for label, outs in outputs.items()]
+                ["strategy", "continuation"],
+                [[label, f"`{show(tokenizer, outs[0])}`"] for label, outs in outputs.items()],
             ),
         ]
     )
-    human, beam1, beam_wide = (
-        figures["held-out text"],
-        figures["beam 1"],
-        figures["beam 8"],
-    )
+
+
+def claims(figures: dict) -> list[dict]:
+    human, beam1, beam_wide = figures["held-out text"], figures["beam 1"], figures["beam 8"]
     temps = [figures[f"sampling t={t}"] for t in ("0.7", "1.0", "1.3")]
-    claims = [
+    top_p = figures["top-p 0.9"]
+    return [
         claim(
             "Greedy and beam search write repetitive, unusually likely text (the likelihood trap)",
             f"distinct-2: greedy {beam1['distinct_2']:.2f}, beam 8 {beam_wide['distinct_2']:.2f}, held-out text "
@@ -266,26 +301,12 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         ),
         claim(
             "Truncating the tail (top-k, top-p) keeps sampling's diversity but avoids its unlikely tokens",
-            f"top-p 0.9: distinct-2 {figures['top-p 0.9']['distinct_2']:.2f}, perplexity "
-            f"{figures['top-p 0.9']['output_perplexity']:.1f}; pure sampling (t = 1): {temps[1]['distinct_2']:.2f}, "
-            f"{temps[1]['output_perplexity']:.1f}; greedy: {beam1['distinct_2']:.2f}",
-            figures["top-p 0.9"]["output_perplexity"] < temps[1]["output_perplexity"]
-            and figures["top-p 0.9"]["distinct_2"] > beam1["distinct_2"],
+            f"top-p 0.9: distinct-2 {top_p['distinct_2']:.2f}, perplexity {top_p['output_perplexity']:.1f}; pure "
+            f"sampling (t = 1): {temps[1]['distinct_2']:.2f}, {temps[1]['output_perplexity']:.1f}; greedy: "
+            f"{beam1['distinct_2']:.2f}",
+            top_p["output_perplexity"] < temps[1]["output_perplexity"] and top_p["distinct_2"] > beam1["distinct_2"],
         ),
     ]
-    samples = {
-        label: [tokenizer.decode(x, skip_special_tokens=True) for x in outs[:3]] for label, outs in outputs.items()
-    }
-    results = {
-        "options": {"quick": quick, **o},
-        "greedy_equals_beam1": greedy_equals_beam1,
-        "final_train_loss": trained["final_loss"],
-        "train_seconds": round(trained["seconds"], 1),
-        "strategies": figures,
-        "samples": samples,
-        "claims": claims,
-    }
-    return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
 def plot(figures: dict, path) -> str:
