@@ -217,26 +217,45 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     for model in (gpt, bert, transformer):
         model.set_attn_implementation("eager")  # the fused kernels do not return their weights
 
-    plots = []
-    ids = gpt_tokenizer(o["sentence"], return_tensors="pt")["input_ids"]
-    gpt_maps = [m[0] for m in gpt(input_ids=ids, output_attentions=True).attentions]  # each (heads, T, T)
-    labels = token_labels(gpt_tokenizer, ids[0])
-    plots.append(
-        draw([(f"layer {i}", m, labels, labels) for i, m in enumerate(gpt_maps)], "GPT (causal)", folder / "gpt.png")
-    )
+    gpt_maps, gpt_labels = self_attention(gpt, gpt_tokenizer, o["sentence"])
+    bert_maps, bert_labels = self_attention(bert, bert_tokenizer, o["sentence"])
+    cross, written, rows = date_attention(transformer, vocab, o["date"])
+    plots = [
+        draw(layer_rows(gpt_maps, gpt_labels), "GPT (causal)", folder / "gpt.png"),
+        draw(layer_rows(bert_maps, bert_labels), "BERT (bidirectional)", folder / "bert.png"),
+        draw(rows, f"Transformer: {o['date']!r} -> {written!r}", folder / "transformer.png"),
+    ]
+    models = {
+        "gpt": {"parameters": count_parameters(gpt), "final_train_loss": gpt_run["final_loss"]},
+        "bert": {"parameters": count_parameters(bert), "final_train_loss": bert_run["final_loss"]},
+        "transformer": {
+            "parameters": count_parameters(transformer),
+            "final_train_loss": date_run["final_loss"],
+            "exact_match": date_exact,
+            "written": written,
+        },
+    }
+    measured = measure(gpt_maps, bert_maps, cross, written, o["date"])
+    results = {"options": {"quick": quick, **o}, **models, **measured, "claims": claims(measured)}
+    return finish(NAME, TITLE, folder, results, report(o, models), started, plots)
 
-    encoded = bert_tokenizer(o["sentence"], return_tensors="pt")
-    bert_maps = [m[0] for m in bert(input_ids=encoded["input_ids"], output_attentions=True).attentions]
-    labels = token_labels(bert_tokenizer, encoded["input_ids"][0])
-    plots.append(
-        draw(
-            [(f"layer {i}", m, labels, labels) for i, m in enumerate(bert_maps)],
-            "BERT (bidirectional)",
-            folder / "bert.png",
-        )
-    )
 
-    source, _ = encode_dates([{"source": o["date"], "target": ""}], vocab)
+def self_attention(model, tokenizer, text: str) -> tuple[list[torch.Tensor], list[str]]:
+    """Every layer's weights on `text`, each (heads, T, T), and its tokens as labels."""
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    maps = [m[0] for m in model(input_ids=ids, output_attentions=True).attentions]
+    return maps, token_labels(tokenizer, ids[0])
+
+
+def layer_rows(maps: list[torch.Tensor], labels: list[str]) -> list[tuple]:
+    return [(f"layer {i}", m, labels, labels) for i, m in enumerate(maps)]
+
+
+def date_attention(transformer, vocab: dict[str, int], date: str) -> tuple[tuple, str, list[tuple]]:
+    """Let the Transformer write `date` as ISO 8601, then read it back with the weights returned: (cross-attention
+    per layer, each (1, heads, target, source); what it wrote; the figure's rows for encoder self-attention, decoder
+    self-attention and cross-attention)."""
+    source, _ = encode_dates([{"source": date, "target": ""}], vocab)
     generated = transformer.generate(input_ids=source, max_new_tokens=11, do_sample=False, decoder_start_token_id=BOS)
     decoder_input = generated[:, :-1] if generated[0, -1] == EOS else generated
     out = transformer(input_ids=source, decoder_input_ids=decoder_input, output_attentions=True)
@@ -247,9 +266,13 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     rows = [(f"encoder self {i}", m[0], src_labels, src_labels) for i, m in enumerate(out.encoder_attentions)]
     rows += [(f"decoder self {i}", m[0], tgt_labels, tgt_labels) for i, m in enumerate(out.decoder_attentions)]
     rows += [(f"cross {i}", m[0], tgt_labels, src_labels) for i, m in enumerate(out.cross_attentions)]
-    plots.append(draw(rows, f"Transformer: {o['date']!r} -> {written!r}", folder / "transformer.png"))
+    return out.cross_attentions, written, rows
 
-    # What the maps show, as numbers.
+
+def measure(gpt_maps, bert_maps, cross_attentions, written: str, date: str) -> dict:
+    """What the maps show, as numbers: the weight on later tokens (GPT's largest, BERT's mean over layers), the most
+    previous-token-focused GPT head, and the cross-attention on the source's year while the year is written."""
+
     def above_diagonal(m):  # the weight on later tokens (keys j > query i), averaged over queries and heads
         return torch.triu(m, diagonal=1).sum(-1).mean().item()
 
@@ -257,13 +280,24 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     bert_future = sum(above_diagonal(m) for m in bert_maps) / len(bert_maps)
     previous_token = max(torch.diagonal(m, offset=-1, dim1=-2, dim2=-1).mean(-1).max().item() for m in gpt_maps)
     # cross-attention while writing the year (the first 4 characters after <s>): weight on the source's year digits
-    year = o["date"].split()[-1] if o["date"].split()[-1].isdigit() else None
+    year = date.split()[-1] if date.split()[-1].isdigit() else None
     year_weight = float("nan")
     if year is not None and written.startswith(year):
-        start = o["date"].rindex(year)
-        cross = torch.stack([m[0] for m in out.cross_attentions]).mean((0, 1))  # (target, source): layers, heads
+        start = date.rindex(year)
+        cross = torch.stack([m[0] for m in cross_attentions]).mean((0, 1))  # (target, source): layers, heads
         year_weight = cross[1:5, start : start + 4].sum(-1).mean().item()
-    body = "\n\n".join(
+    return {
+        "gpt_weight_on_later_tokens": gpt_future,
+        "bert_weight_on_later_tokens": bert_future,
+        "previous_token_head": previous_token,
+        "cross_attention_on_year": year_weight,
+    }
+
+
+def report(o: dict, models: dict) -> str:
+    """The Markdown body: the three models and how each was trained, and the inputs."""
+    gpt, bert, transformer = models["gpt"], models["bert"], models["transformer"]
+    return "\n\n".join(
         [
             prose(__doc__),
             markdown_table(
@@ -271,32 +305,38 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
                 [
                     [
                         "GPT",
-                        f"{count_parameters(gpt):,}",
+                        f"{gpt['parameters']:,}",
                         f"{o['layers']} x {o['heads']}",
                         f"{o['lm_steps']} steps, blocks of {o['context']} tokens",
-                        f"{gpt_run['final_loss']:.2f}",
+                        f"{gpt['final_train_loss']:.2f}",
                     ],
                     [
                         "BERT",
-                        f"{count_parameters(bert):,}",
+                        f"{bert['parameters']:,}",
                         f"{o['layers']} x {o['heads']}",
                         f"{o['lm_steps']} steps, 15% masking",
-                        f"{bert_run['final_loss']:.2f}",
+                        f"{bert['final_train_loss']:.2f}",
                     ],
                     [
                         "Transformer",
-                        f"{count_parameters(transformer):,}",
+                        f"{transformer['parameters']:,}",
                         f"{o['layers']} + {o['layers']} x {o['heads']}",
-                        f"{o['date_steps']} steps of date conversion; exact match on 200 new dates {date_exact:.2f}",
-                        f"{date_run['final_loss']:.3f}",
+                        f"{o['date_steps']} steps of date conversion; exact match on 200 new dates "
+                        f"{transformer['exact_match']:.2f}",
+                        f"{transformer['final_train_loss']:.3f}",
                     ],
                 ],
             ),
             f"Input of GPT and BERT: `{o['sentence']!r}`; of the Transformer: `{o['date']!r}`, which it wrote as "
-            f"`{written!r}`.",
+            f"`{transformer['written']!r}`.",
         ]
     )
-    claims = [
+
+
+def claims(measured: dict) -> list[dict]:
+    gpt_future, bert_future = measured["gpt_weight_on_later_tokens"], measured["bert_weight_on_later_tokens"]
+    previous_token, year_weight = measured["previous_token_head"], measured["cross_attention_on_year"]
+    return [
         claim(
             "Causal self-attention never looks ahead: GPT's maps are lower-triangular",
             f"largest weight on later tokens in any GPT head: {gpt_future:.1e}",
@@ -319,20 +359,3 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             year_weight > 0.5,
         ),
     ]
-    results = {
-        "options": {"quick": quick, **o},
-        "gpt": {"parameters": count_parameters(gpt), "final_train_loss": gpt_run["final_loss"]},
-        "bert": {"parameters": count_parameters(bert), "final_train_loss": bert_run["final_loss"]},
-        "transformer": {
-            "parameters": count_parameters(transformer),
-            "final_train_loss": date_run["final_loss"],
-            "exact_match": date_exact,
-            "written": written,
-        },
-        "gpt_weight_on_later_tokens": gpt_future,
-        "bert_weight_on_later_tokens": bert_future,
-        "previous_token_head": previous_token,
-        "cross_attention_on_year": year_weight,
-        "claims": claims,
-    }
-    return finish(NAME, TITLE, folder, results, body, started, plots)
