@@ -102,6 +102,21 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def matched_width(build: Callable[[int], torch.nn.Module], budget: int, step: int = 8, widest: int = 1024) -> int:
+    """The width (a multiple of `step`) whose model `build(width)` is closest to `budget` weights. The count grows
+    with the width, so the search stops once past the budget; the models are built on the meta device (shapes
+    only, no memory, no initialisation)."""
+    best, best_gap = step, float("inf")
+    for width in range(step, widest + 1, step):
+        with torch.device("meta"):
+            count = count_parameters(build(width))
+        if abs(count - budget) < best_gap:
+            best, best_gap = width, abs(count - budget)
+        if count > budget:
+            break
+    return best
+
+
 def figure(width: float, height: float):
     """A matplotlib Figure on the Agg canvas: no window, pyplot's global state left alone."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -24,6 +24,7 @@ from .common import (
     figure,
     finish,
     markdown_table,
+    matched_width,
     output_folder,
     prose,
     save_figure,
@@ -82,14 +83,7 @@ def build(name: str, hidden_size: int, max_positions: int):
 
 def matched_hidden_size(name: str, budget: int, max_positions: int) -> int:
     """The width (a multiple of 8, so 4 heads get an even RoPE size) whose model is closest to `budget` weights."""
-    best, best_gap = 8, float("inf")
-    for hidden in range(8, 1025, 8):  # the count grows with the width: stop once past the budget
-        count = count_parameters(build(name, hidden, max_positions))
-        if abs(count - budget) < best_gap:
-            best, best_gap = hidden, abs(count - budget)
-        if count > budget:
-            break
-    return best
+    return matched_width(lambda hidden: build(name, hidden, max_positions), budget)
 
 
 def encode(rows: list[dict]) -> dict:
@@ -137,6 +131,28 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
     rows = sorted(test_set(o), key=lambda r: r["length"])
+    with torch_threads(o["threads"]):
+        models = {name: train_and_test(name, o, rows) for name in MODELS}
+
+    depth_counts: dict[int, int] = {}
+    for r in rows:
+        depth_counts[r["depth"]] = depth_counts.get(r["depth"], 0) + 1
+    trained_depth = max(depth(r["text"]) for r in rows if r["length"] <= o["train_length"])
+    depths = sorted(d for d, n in depth_counts.items() if n >= MIN_STRINGS_PER_DEPTH)
+    plots = [plot(models, folder / "accuracy.png", o, set(depths))]
+    results = {
+        "options": {"quick": quick, **o},
+        "trained_depth": trained_depth,
+        "depth_counts": depth_counts,
+        "models": models,
+        "claims": claims(models, trained_depth),
+    }
+    body = report(o, models, depth_counts, depths, trained_depth)
+    return finish(NAME, TITLE, folder, results, body, started, plots)
+
+
+def train_and_test(name: str, o: dict, rows: list[dict]) -> dict:
+    """Train model `name`, sized to the budget, on strings of up to train_length brackets; score it on `rows`."""
     rng = random.Random(o["seed"])
     lengths = [2 * rng.randint(1, o["train_length"] // 2) for _ in range(o["steps"])]
 
@@ -144,38 +160,30 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         length = lengths[step]
         return encode(parentheses_classification(o["batch_size"], o["seed"] * 100_003 + step, length, length))
 
-    models = {}
-    with torch_threads(o["threads"]):
-        for name in MODELS:
-            hidden = matched_hidden_size(name, o["parameters"], o["test_length"])
-            torch.manual_seed(o["seed"])
-            model = build(name, hidden, o["test_length"])
-            rate = o["gpt_learning_rate"] if MODELS[name][0] == "gpt" else o["learning_rate"]
-            trained = train(model, batch, o["steps"], rate)
-            correct = predict(model, rows)
-            seen = [ok for r, ok in zip(rows, correct) if r["length"] <= o["train_length"]]
-            longer = [ok for r, ok in zip(rows, correct) if r["length"] > o["train_length"]]
-            models[name] = {
-                "hidden_size": hidden,
-                "parameters": count_parameters(model),
-                "train_seconds": round(trained["seconds"], 1),
-                "final_train_loss": trained["final_loss"],
-                "accuracy_trained_lengths": sum(seen) / len(seen),
-                "accuracy_longer": sum(longer) / len(longer) if longer else float("nan"),
-                "by_length": accuracy_by(rows, correct, "length"),
-                "by_depth": accuracy_by(rows, correct, "depth"),
-            }
+    hidden = matched_hidden_size(name, o["parameters"], o["test_length"])
+    torch.manual_seed(o["seed"])
+    model = build(name, hidden, o["test_length"])
+    rate = o["gpt_learning_rate"] if MODELS[name][0] == "gpt" else o["learning_rate"]
+    trained = train(model, batch, o["steps"], rate)
+    correct = predict(model, rows)
+    seen = [ok for r, ok in zip(rows, correct) if r["length"] <= o["train_length"]]
+    longer = [ok for r, ok in zip(rows, correct) if r["length"] > o["train_length"]]
+    return {
+        "hidden_size": hidden,
+        "parameters": count_parameters(model),
+        "train_seconds": round(trained["seconds"], 1),
+        "final_train_loss": trained["final_loss"],
+        "accuracy_trained_lengths": sum(seen) / len(seen),
+        "accuracy_longer": sum(longer) / len(longer) if longer else float("nan"),
+        "by_length": accuracy_by(rows, correct, "length"),
+        "by_depth": accuracy_by(rows, correct, "depth"),
+    }
 
-    depth_counts: dict[int, int] = {}
-    for r in rows:
-        depth_counts[r["depth"]] = depth_counts.get(r["depth"], 0) + 1
-    trained_depth = max(depth(r["text"]) for r in rows if r["length"] <= o["train_length"])
-    plots = [
-        plot(models, folder / "accuracy.png", o, {d for d, n in depth_counts.items() if n >= MIN_STRINGS_PER_DEPTH})
-    ]
+
+def report(o: dict, models: dict, depth_counts: dict[int, int], depths: list[int], trained_depth: int) -> str:
+    """The Markdown body: the setup, accuracy against length, and accuracy against nesting depth."""
     lengths_shown = [n for n in sorted(next(iter(models.values()))["by_length"]) if n % 10 == 0 or n == 2]
-    depths = sorted(d for d, n in depth_counts.items() if n >= MIN_STRINGS_PER_DEPTH)
-    body = "\n\n".join(
+    return "\n\n".join(
         [
             prose(__doc__),
             f"Budget {o['parameters']:,} weights per model; one recurrent layer; GPT: 2 layers, 4 heads, RoPE "
@@ -214,6 +222,9 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             ),
         ]
     )
+
+
+def claims(models: dict, trained_depth: int) -> list[dict]:
     best_gated = max(models[n]["accuracy_trained_lengths"] for n in ("GRU", "LSTM"))
     elman = models["Elman"]
 
@@ -224,7 +235,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
 
     falls_with_depth = {n: deep_vs_shallow(m) for n, m in models.items()}
     falls_longer = {n: m["accuracy_longer"] < m["accuracy_trained_lengths"] - 0.02 for n, m in models.items()}
-    claims = [
+    return [
         claim(
             "Gated recurrent networks (GRU, LSTM) learn the nesting task better than an Elman network of the same size",
             f"accuracy on the training lengths: best of GRU/LSTM {best_gated:.3f}, Elman {elman['accuracy_trained_lengths']:.3f}",
@@ -245,14 +256,6 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             all(falls_longer.values()),
         ),
     ]
-    results = {
-        "options": {"quick": quick, **o},
-        "trained_depth": trained_depth,
-        "depth_counts": depth_counts,
-        "models": models,
-        "claims": claims,
-    }
-    return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
 def plot(models: dict, path, o, depths: set[int]) -> str:

@@ -32,6 +32,7 @@ from .common import (
     figure,
     finish,
     markdown_table,
+    matched_width,
     output_folder,
     prose,
     save_figure,
@@ -115,15 +116,7 @@ def build(name: str, hidden_size: int, vocab_size: int, span: int, members: dict
 
 def matched_hidden_size(name: str, budget: int, vocab_size: int, span: int, members: dict = MEMBERS) -> int:
     """The width (a multiple of 8: four heads of an even RoPE size) whose member is closest to `budget` weights."""
-    best, best_gap = 8, float("inf")
-    for hidden in range(8, 1025, 8):  # the count grows with the width: stop once past the budget
-        with torch.device("meta"):  # shapes only
-            count = count_parameters(build(name, hidden, vocab_size, span, members))
-        if abs(count - budget) < best_gap:
-            best, best_gap = hidden, abs(count - budget)
-        if count > budget:
-            break
-    return best
+    return matched_width(lambda hidden: build(name, hidden, vocab_size, span, members), budget)
 
 
 @torch.no_grad()
