@@ -144,52 +144,55 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
     probe = recall_batch(o["examples"], o["length"], seed=10**9)  # sequences no training batch holds
-    probe_ids, probe_target = probe["input_ids"][:, :-1], probe["input_ids"][:, -1]
     rng = random.Random(o["seed"])
     lengths = [rng.randint(1, o["train_length"]) for _ in range(o["steps"])]  # the short ones teach the task
     accuracy_lengths = sorted({*(n for n in ACCURACY_LENGTHS if n < o["length"]), o["length"]})
-
-    models = {}
     with torch_threads(o["threads"]):
-        for cell in CELLS:
-            model = make_model(cell, o["hidden_size"], o["seed"])
-            init = gradient_norms(model, probe_ids, probe_target, o["seed"])
-            trained_run = train(
-                model,
-                lambda step: recall_batch(o["batch_size"], lengths[step], seed=o["seed"] * 100_003 + step),
-                o["steps"],
-                o["learning_rate"],
-            )
-            trained = gradient_norms(model, probe_ids, probe_target, o["seed"])
-            models[cell] = {
-                "parameters": count_parameters(model),
-                "train_seconds": round(trained_run["seconds"], 1),
-                "final_train_loss": trained_run["final_loss"],
-                "recall_accuracy": {n: recall_accuracy(model, n, 4 * o["examples"]) for n in accuracy_lengths},
-                "init": init | {k + "_decay": decay_per_step(v) for k, v in init.items()},
-                "trained": trained | {k + "_decay": decay_per_step(v) for k, v in trained.items()},
-            }
+        models = {cell: measure(cell, o, probe, lengths, accuracy_lengths) for cell in CELLS}
 
-    plots = [plot(models, folder / "gradient_norms.png", o)]
     far = o["length"]  # the largest distance measured: from the separator back to the first letter
+    plots = [plot(models, folder / "gradient_norms.png", o)]
+    results = {"options": {"quick": quick, **o}, "distance_max": far, "models": models, "claims": claims(models, far)}
+    return finish(NAME, TITLE, folder, results, report(o, models, accuracy_lengths), started, plots)
 
-    def at(cell, phase, kind, d=far):
-        return models[cell][phase][kind][d]
 
+def measure(cell: str, o: dict, probe: dict, lengths: list[int], accuracy_lengths: list[int]) -> dict:
+    """One cell's gradient norms on the probe at initialisation and after training on recalls over `lengths[step]`
+    letters, and its recall accuracy over each of `accuracy_lengths` letters after training."""
+    probe_ids, probe_target = probe["input_ids"][:, :-1], probe["input_ids"][:, -1]
+    model = make_model(cell, o["hidden_size"], o["seed"])
+    init = gradient_norms(model, probe_ids, probe_target, o["seed"])
+    trained_run = train(
+        model,
+        lambda step: recall_batch(o["batch_size"], lengths[step], seed=o["seed"] * 100_003 + step),
+        o["steps"],
+        o["learning_rate"],
+    )
+    trained = gradient_norms(model, probe_ids, probe_target, o["seed"])
+    return {
+        "parameters": count_parameters(model),
+        "train_seconds": round(trained_run["seconds"], 1),
+        "final_train_loss": trained_run["final_loss"],
+        "recall_accuracy": {n: recall_accuracy(model, n, 4 * o["examples"]) for n in accuracy_lengths},
+        "init": init | {k + "_decay": decay_per_step(v) for k, v in init.items()},
+        "trained": trained | {k + "_decay": decay_per_step(v) for k, v in trained.items()},
+    }
+
+
+def report(o: dict, models: dict, accuracy_lengths: list[int]) -> str:
+    """The Markdown body: the setup, the gradient norms at a few distances with their factor per step, and the recall
+    accuracy after training."""
+    far = o["length"]
     distances = sorted({d for d in (1, 5, 10, 20) if d < far} | {far})
     rows = []
     for cell, m in models.items():
         for phase in ("init", "trained"):
             rows.append(
                 [cell, "initialisation" if phase == "init" else "trained"]
-                + [f"{at(cell, phase, 'jacobian', d):.1e}" for d in distances]
-                + [
-                    f"{m[phase]['jacobian_decay']:.2f}",
-                    f"{at(cell, phase, 'loss'):.1e}",
-                    f"{m[phase]['loss_decay']:.2f}",
-                ]
+                + [f"{m[phase]['jacobian'][d]:.1e}" for d in distances]
+                + [f"{m[phase]['jacobian_decay']:.2f}", f"{m[phase]['loss'][far]:.1e}", f"{m[phase]['loss_decay']:.2f}"]
             )
-    body = "\n\n".join(
+    return "\n\n".join(
         [
             prose(__doc__.split("\n\n", 1)[1]),
             f"One layer of {o['hidden_size']} units per model, the same seed ({o['seed']}); trained for {o['steps']} "
@@ -223,29 +226,32 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             ),
         ]
     )
+
+
+def claims(models: dict, far: int) -> list[dict]:
+    """The lecture's claims against the norms at distance `far` and the recall over `far` letters."""
     tanh, lstm, gru = (models[c] for c in ("Elman tanh", "LSTM", "GRU"))
-    claims = [
+    loss_at_far = {c: m["trained"]["loss"][far] for c, m in models.items()}  # after training
+    recall = {c: m["recall_accuracy"][far] for c, m in models.items()}
+    return [
         claim(
             "In a tanh Elman network the gradient reaching step t shrinks geometrically with the distance T - t",
             f"at initialisation ‖dh_T/dh_t‖ falls by a factor {tanh['init']['jacobian_decay']:.2f} per step, to "
-            f"{at('Elman tanh', 'init', 'jacobian'):.0e} at distance {far}",
-            tanh["init"]["jacobian_decay"] < 0.9 and at("Elman tanh", "init", "jacobian") < 1e-3,
+            f"{tanh['init']['jacobian'][far]:.0e} at distance {far}",
+            tanh["init"]["jacobian_decay"] < 0.9 and tanh["init"]["jacobian"][far] < 1e-3,
         ),
         claim(
             "The LSTM's memory cell lets the gradient of a distant loss arrive; the tanh Elman network cannot learn a "
             "dependency that far",
-            f"after training, ‖dl_T/dh_t‖ at distance {far}: LSTM {at('LSTM', 'trained', 'loss'):.0e}, Elman tanh "
-            f"{at('Elman tanh', 'trained', 'loss'):.0e}; recall over {far} letters: LSTM "
-            f"{lstm['recall_accuracy'][far]:.2f}, Elman tanh {tanh['recall_accuracy'][far]:.2f}",
-            at("LSTM", "trained", "loss") > at("Elman tanh", "trained", "loss")
-            and lstm["recall_accuracy"][far] > tanh["recall_accuracy"][far] + 0.2,
+            f"after training, ‖dl_T/dh_t‖ at distance {far}: LSTM {loss_at_far['LSTM']:.0e}, Elman tanh "
+            f"{loss_at_far['Elman tanh']:.0e}; recall over {far} letters: LSTM {recall['LSTM']:.2f}, Elman tanh "
+            f"{recall['Elman tanh']:.2f}",
+            loss_at_far["LSTM"] > loss_at_far["Elman tanh"] and recall["LSTM"] > recall["Elman tanh"] + 0.2,
         ),
         claim(
             "The GRU's update gate does the same",
-            f"after training, ‖dl_T/dh_t‖ at distance {far}: GRU {at('GRU', 'trained', 'loss'):.0e}; recall "
-            f"{gru['recall_accuracy'][far]:.2f}",
-            at("GRU", "trained", "loss") > at("Elman tanh", "trained", "loss")
-            and gru["recall_accuracy"][far] > tanh["recall_accuracy"][far] + 0.2,
+            f"after training, ‖dl_T/dh_t‖ at distance {far}: GRU {loss_at_far['GRU']:.0e}; recall {recall['GRU']:.2f}",
+            loss_at_far["GRU"] > loss_at_far["Elman tanh"] and recall["GRU"] > recall["Elman tanh"] + 0.2,
         ),
         claim(
             "The LSTM's cell path keeps gradients from vanishing by construction, before any training",
@@ -255,8 +261,6 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             lstm["init"]["jacobian_decay"] > 0.9,
         ),
     ]
-    results = {"options": {"quick": quick, **o}, "distance_max": far, "models": models, "claims": claims}
-    return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
 def plot(models: dict, path, o) -> str:
