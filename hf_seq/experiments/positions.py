@@ -106,11 +106,10 @@ def score(model, blocks: torch.Tensor, byte_lengths: torch.Tensor, batch_size: i
 def run(quick: bool = False, output_dir=None, **options) -> dict:
     o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    longest = max(SCALES) * o["context"]
     tokenizer, train_blocks, heldout = stdlib_tokenizer_and_blocks(
         o["vocab_size"], o["train_chars"], o["heldout_chars"], o["context"]
     )
-    heldout = _reblock(heldout, longest)[: o["heldout_blocks"]]
+    heldout = _reblock(heldout, max(SCALES) * o["context"])[: o["heldout_blocks"]]
     byte_lengths = token_byte_lengths(tokenizer)
     generator = torch.Generator().manual_seed(o["seed"])
     order = torch.randint(len(train_blocks), (o["steps"], o["batch_size"]), generator=generator)
@@ -119,65 +118,71 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         ids = train_blocks[order[step]]
         return {"input_ids": ids, "labels": ids}
 
-    models = {}
     with torch_threads(o["threads"]):
-        for kind in KINDS:
-            model = make_model(kind, o, tokenizer)
-            trained = train(model, batch, o["steps"], o["learning_rate"], weight_decay=0.1)
-            result = {
-                "parameters": count_parameters(model),
-                "train_seconds": round(trained["seconds"], 1),
-                "final_train_loss": trained["final_loss"],
-                "scales": {},
-            }
-            for scale in SCALES:
-                n = scale * o["context"]
-                try:
-                    metrics, per_position = score(model, heldout[:, :n], byte_lengths)
-                except ValueError as error:  # learned positions: no vector past the table
-                    result["scales"][scale] = {"error": str(error).split(";")[0]}
-                    continue
-                result["scales"][scale] = metrics | {"per_position": per_position}
-            models[kind] = result
+        models = {kind: train_and_score(kind, o, tokenizer, batch, heldout, byte_lengths) for kind in KINDS}
 
-    def beyond(kind):  # mean loss at positions past the training context, against the trained second half
-        curve = models[kind]["scales"][max(SCALES)].get("per_position")
-        if curve is None:
-            return float("nan"), float("nan")
-        c = o["context"]
-        inside = curve[c // 2 : c - 1]
-        return sum(inside) / len(inside), sum(curve[c - 1 :]) / len(curve[c - 1 :])
+    gaps = {kind: beyond(models[kind], o["context"]) for kind in KINDS}
+    plots = [plot(models, folder / "loss_by_position.png", o)]
+    body = report(o, models, gaps, len(tokenizer), len(heldout))
+    results = {"options": {"quick": quick, **o}, "models": models, "claims": claims(models, gaps)}
+    for m in models.values():  # the curves are in the plot; the JSON keeps them too, rounded
+        for s in m["scales"].values():
+            if "per_position" in s:
+                s["per_position"] = [round(x, 4) for x in s["per_position"]]
+    return finish(NAME, TITLE, folder, results, body, started, plots)
 
-    gaps = {kind: beyond(kind) for kind in KINDS}
+
+def train_and_score(kind: str, o: dict, tokenizer, batch, heldout: torch.Tensor, byte_lengths) -> dict:
+    """Train the GPT with `kind` positions on `batch(step)`, then score the held-out blocks cut to each scale x the
+    context (an error in place of the figures where the model refuses the length)."""
+    model = make_model(kind, o, tokenizer)
+    trained = train(model, batch, o["steps"], o["learning_rate"], weight_decay=0.1)
+    result = {
+        "parameters": count_parameters(model),
+        "train_seconds": round(trained["seconds"], 1),
+        "final_train_loss": trained["final_loss"],
+        "scales": {},
+    }
+    for scale in SCALES:
+        try:
+            metrics, per_position = score(model, heldout[:, : scale * o["context"]], byte_lengths)
+        except ValueError as error:  # learned positions: no vector past the table
+            result["scales"][scale] = {"error": str(error).split(";")[0]}
+            continue
+        result["scales"][scale] = metrics | {"per_position": per_position}
+    return result
+
+
+def beyond(model: dict, context: int) -> tuple[float, float]:
+    """The mean loss at the trained context's second half, and past the context (at the longest scale read)."""
+    curve = model["scales"][max(SCALES)].get("per_position")
+    if curve is None:
+        return float("nan"), float("nan")
+    inside = curve[context // 2 : context - 1]
+    return sum(inside) / len(inside), sum(curve[context - 1 :]) / len(curve[context - 1 :])
+
+
+def report(o: dict, models: dict, gaps: dict, vocab_size: int, heldout_blocks: int) -> str:
+    """The Markdown body: the setup, and each model's held-out loss at every scale and past the context."""
     rows = []
     for kind, m in models.items():
-        cells = []
-        for scale in SCALES:
-            s = m["scales"][scale]
-            cells.append(
-                f"beyond the table (max_position_embeddings = {o['context']})"
-                if "error" in s
-                else f"{s['eval_loss']:.3f} ({s['eval_bits_per_byte']:.3f} bits/byte)"
-            )
+        cells = [
+            f"beyond the table (max_position_embeddings = {o['context']})"
+            if "error" in s
+            else f"{s['eval_loss']:.3f} ({s['eval_bits_per_byte']:.3f} bits/byte)"
+            for s in (m["scales"][scale] for scale in SCALES)
+        ]
         inside, past = gaps[kind]
-        rows.append(
-            [
-                kind,
-                f"{m['parameters']:,}",
-                m["train_seconds"],
-                *cells,
-                "—" if past != past else f"{inside:.3f} → {past:.3f}",
-            ]
-        )
-    plots = [plot(models, folder / "loss_by_position.png", o)]
-    body = "\n\n".join(
+        gap = "—" if past != past else f"{inside:.3f} → {past:.3f}"
+        rows.append([kind, f"{m['parameters']:,}", m["train_seconds"], *cells, gap])
+    return "\n\n".join(
         [
             prose(__doc__),
             f"Each GPT: {o['layers']} layers, width {o['hidden_size']}, {o['heads']} heads, byte-level BPE of "
-            f"{len(tokenizer)} tokens trained on the first {o['train_chars']:,} characters; {o['steps']} AdamW steps "
+            f"{vocab_size} tokens trained on the first {o['train_chars']:,} characters; {o['steps']} AdamW steps "
             f"(peak {o['learning_rate']}, cosine decay, weight decay 0.1) on batches of {o['batch_size']} blocks of "
-            f"{o['context']} tokens. Held out: {len(heldout)} blocks of {longest} tokens from the files that follow, "
-            "cut to each length (every block read from its start).",
+            f"{o['context']} tokens. Held out: {heldout_blocks} blocks of {max(SCALES) * o['context']} tokens from "
+            "the files that follow, cut to each length (every block read from its start).",
             markdown_table(
                 [
                     "positions",
@@ -190,8 +195,11 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             ),
         ]
     )
-    learned = models["learned"]["scales"]
-    claims = [
+
+
+def claims(models: dict, gaps: dict) -> list[dict]:
+    learned, alibi = models["learned"]["scales"], models["alibi"]["scales"]
+    return [
         claim(
             "Learned absolute positions stop at the end of their table",
             f"at 2x and 4x the model refuses the input: {learned[2].get('error', 'no error')!r}",
@@ -210,16 +218,10 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         claim(
             "ALiBi extrapolates: train short, test long, and the loss does not rise (Press et al. 2022)",
             f"loss per token {gaps['alibi'][0]:.3f} inside, {gaps['alibi'][1]:.3f} past; at 4x "
-            f"{models['alibi']['scales'][4]['eval_loss']:.3f} vs 1x {models['alibi']['scales'][1]['eval_loss']:.3f}",
+            f"{alibi[4]['eval_loss']:.3f} vs 1x {alibi[1]['eval_loss']:.3f}",
             gaps["alibi"][1] <= gaps["alibi"][0] + 0.05,
         ),
     ]
-    for m in models.values():  # the curves are in the plot; the JSON keeps them too, rounded
-        for s in m["scales"].values():
-            if "per_position" in s:
-                s["per_position"] = [round(x, 4) for x in s["per_position"]]
-    results = {"options": {"quick": quick, **o}, "models": models, "claims": claims}
-    return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
 def _reblock(blocks: torch.Tensor, length: int) -> torch.Tensor:
