@@ -204,32 +204,54 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     lengths = tuple(range(10, o["max_length"] + 1, 10)) or (o["max_length"],)
     if quick:
         lengths = (4, o["max_length"])
-    seeds = tuple(o["seeds"])
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(x, int) for x in seeds):
-        raise ValueError(f"{NAME}.run: seeds must be distinct integers, at least one; got {o['seeds']!r}.")
-    if not 0 <= o["curriculum"] <= 1:
-        raise ValueError(f"{NAME}.run: curriculum must be a fraction of the steps in [0, 1], got {o['curriculum']!r}.")
-    jobs = [(d, seed) for d in ("additive", "transformer", "classic") for seed in seeds]  # the longest first
-
-    def options_for(design, seed):
-        return dict(o, alignment_path=str(folder / f"alignment_seed{seed}.png")) if design == "additive" else o
-
-    if o["jobs"] > 1:  # one process per run: both cores busy, each on one thread
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(o["jobs"], mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {(d, s): pool.submit(run_design, d, options_for(d, s), lengths, s) for d, s in jobs}
-            runs = {key: f.result() for key, f in futures.items()}
-    else:
-        runs = {(d, s): run_design(d, options_for(d, s), lengths, s) for d, s in jobs}
+    seeds = checked_seeds(o)
+    runs = run_all(o, folder, lengths, seeds)
     designs = {d: summarize({s: runs[d, s] for s in seeds}, lengths) for d in DESIGNS}
     typical = designs["additive"]["median_seed"]
     shutil.copyfile(folder / f"alignment_seed{typical}.png", folder / "alignment.png")
     designs["additive"]["anti_diagonal_weight"] = designs["additive"]["runs"][typical]["anti_diagonal_weight"]
 
     plots = [plot(designs, folder / "exact_match.png"), "alignment.png"]
-    body = "\n\n".join(
+    results = {
+        "options": {"quick": quick, **o},
+        "lengths": list(lengths),
+        "designs": designs,
+        "claims": claims(designs, lengths),
+    }
+    return finish(NAME, TITLE, folder, results, report(o, designs, lengths, seeds), started, plots)
+
+
+def checked_seeds(o: dict) -> tuple[int, ...]:
+    """The initialisation seeds, once `seeds` and `curriculum` are checked."""
+    seeds = tuple(o["seeds"])
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(x, int) for x in seeds):
+        raise ValueError(f"{NAME}.run: seeds must be distinct integers, at least one; got {o['seeds']!r}.")
+    if not 0 <= o["curriculum"] <= 1:
+        raise ValueError(f"{NAME}.run: curriculum must be a fraction of the steps in [0, 1], got {o['curriculum']!r}.")
+    return seeds
+
+
+def run_all(o: dict, folder: Path, lengths, seeds) -> dict:
+    """{(design, seed): run_design's result} for every design and initialisation, in `jobs` processes (each on one
+    thread) when jobs > 1; each additive run draws its alignment into `folder`."""
+    jobs = [(d, seed) for d in ("additive", "transformer", "classic") for seed in seeds]  # the longest first
+
+    def options_for(design, seed):
+        return dict(o, alignment_path=str(folder / f"alignment_seed{seed}.png")) if design == "additive" else o
+
+    if o["jobs"] <= 1:
+        return {(d, s): run_design(d, options_for(d, s), lengths, s) for d, s in jobs}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(o["jobs"], mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {(d, s): pool.submit(run_design, d, options_for(d, s), lengths, s) for d, s in jobs}
+        return {key: f.result() for key, f in futures.items()}
+
+
+def report(o: dict, designs: dict, lengths, seeds) -> str:
+    """The Markdown body: the setup, the median exact match and token accuracy per design, and every run."""
+    return "\n\n".join(
         [
             prose(__doc__),
             f"{o['steps']} steps on batches of {o['batch_size']} sequences of {o['min_length']}-{o['max_length']} "
@@ -265,12 +287,16 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
                     for seed, run in r["runs"].items()
                 ],
             ),
-            f"The alignment drawn is the median additive run's (seed {typical}).",
+            f"The alignment drawn is the median additive run's (seed {designs['additive']['median_seed']}).",
         ]
     )
+
+
+def claims(designs: dict, lengths) -> list[dict]:
     short, long = lengths[0], lengths[-1]
     classic, additive = designs["classic"]["scores"], designs["additive"]["scores"]
-    claims = [
+    additive_runs = designs["additive"]["runs"].values()
+    return [
         claim(
             "Without attention, exact match collapses as the source grows: one fixed-size vector cannot hold it",
             f"classic encoder-decoder: exact match {classic[short][0]:.2f} at {short} letters, {classic[long][0]:.2f} "
@@ -279,9 +305,9 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         ),
         claim(
             "With attention the decoder reads every source position, and long sources stay solvable",
-            f"additive attention, median of {len(seeds)} initialisations: exact match {additive[short][0]:.2f} at "
-            f"{short}, {additive[long][0]:.2f} at {long} (each run at {long}: "
-            + ", ".join(f"{r['scores'][long][0]:.2f}" for r in designs["additive"]["runs"].values())
+            f"additive attention, median of {len(additive_runs)} initialisations: exact match "
+            f"{additive[short][0]:.2f} at {short}, {additive[long][0]:.2f} at {long} (each run at {long}: "
+            + ", ".join(f"{r['scores'][long][0]:.2f}" for r in additive_runs)
             + ")",
             additive[long][0] > classic[long][0] + 0.2,
         ),
@@ -289,13 +315,11 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             "The alignment of a reversal is the anti-diagonal",
             f"the median additive run's weight on the letter each output copies, mean over a 16-letter reversal: "
             f"{designs['additive']['anti_diagonal_weight']:.2f} (alignment.png; every run: "
-            + ", ".join(f"{r['anti_diagonal_weight']:.2f}" for r in designs["additive"]["runs"].values())
+            + ", ".join(f"{r['anti_diagonal_weight']:.2f}" for r in additive_runs)
             + ")",
             designs["additive"]["anti_diagonal_weight"] > 0.5,
         ),
     ]
-    results = {"options": {"quick": quick, **o}, "lengths": list(lengths), "designs": designs, "claims": claims}
-    return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
 def summarize(runs: dict, lengths) -> dict:
