@@ -1,10 +1,12 @@
+import re
+
 import pytest
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPT2Model
 
-from hf_seq import GPTConfig, GPTForCausalLM, GPTModel, SSMConfig, SSMForCausalLM, SSMModel
-from hf_seq.convert import Rule, from_transformers, to_transformers
+from hf_seq import GPTConfig, GPTForCausalLM, GPTModel, SSMConfig, SSMForCausalLM, SSMModel, convert
+from hf_seq.convert import Rule, from_transformers, require, to_transformers
 
 VOCAB = 97
 SIZES = {
@@ -198,6 +200,54 @@ def test_concat_rule_round_trips():
     conv = Rule("o_proj.weight", ("c_proj.weight",), "transpose")
     w = torch.randn(4, 3)
     assert torch.equal(conv.to_ours([w]), w.t()) and torch.equal(conv.to_reference(w.t())[0], w)
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [convert.gpt2, convert.bert, convert.marian, convert.mamba],
+    ids=lambda module: module.__name__.rsplit(".", 1)[-1],
+)
+def test_every_declared_field_exists_on_its_side(pair):
+    """A misspelt reference name would pass silently (a config accepts unknown keyword arguments), so the names
+    each pair declares are checked against fresh configs of both sides."""
+    config = pair.CONFIG
+    ours, reference = config.ours(), config.reference()
+    reference_names = [
+        name for names in config.fields.values() for name in ((names,) if isinstance(names, str) else names)
+    ]
+    assert [name for name in [*config.fields, *config.fixed, *config.values] if not hasattr(ours, name)] == []
+    assert [name for name in [*reference_names, *config.reference_fixed] if not hasattr(reference, name)] == []
+
+
+def test_refusals_name_the_parameter_its_value_and_what_is_allowed():
+    config = GPTConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, hidden_act="relu")
+    require(config, "hidden_act", ["gelu", "relu"], "to_transformers", "GPT-2")  # allowed: no error
+    message = "to_transformers: GPTConfig.hidden_act='relu' has no GPT-2 equivalent; allowed: ['gelu', 'gelu_new']."
+    with pytest.raises(ValueError, match=re.escape(message)):
+        require(config, "hidden_act", ["gelu_new", "gelu"], "to_transformers", "GPT-2")
+    with pytest.raises(
+        ValueError, match=re.escape("GPTConfig.norm_position='post' has no GPT-2 equivalent; allowed: 'pre'.")
+    ):
+        to_transformers(
+            GPTForCausalLM(GPTConfig(vocab_size=VOCAB, hidden_size=16, num_attention_heads=2, norm_position="post"))
+        )
+    # Fields that ours keeps as one must agree on the reference's side; the message says with which.
+    sizes = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    ids = dict(pad_token_id=0, eos_token_id=2, forced_eos_token_id=2, decoder_start_token_id=0)
+    marian_config = transformers.MarianConfig(
+        vocab_size=VOCAB, encoder_ffn_dim=32, decoder_ffn_dim=24, max_position_embeddings=16, **sizes, **ids
+    )
+    reference = transformers.MarianMTModel(marian_config)
+    message = "MarianConfig.decoder_ffn_dim=24 has no TransformerConfig equivalent; allowed: 32 (the value of encoder_ffn_dim)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        from_transformers(reference)
+
+
+def test_activation_names_map_both_ways():
+    """GPT-2's `gelu_pytorch_tanh` is our `gelu_new`; read back, ours is GPT-2's `gelu_new`."""
+    ours = from_transformers(gpt2("small", activation_function="gelu_pytorch_tanh"))
+    assert ours.config.hidden_act == "gelu_new"
+    assert to_transformers(ours).config.activation_function == "gelu_new"
 
 
 # ---------------------------------------------------------------------------------------- Mamba <-> SSM (mamba)
