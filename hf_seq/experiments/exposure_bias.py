@@ -137,35 +137,45 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         source, target = encode(rows)
         return {"input_ids": source, "labels": target}
 
-    models = {}
     with torch_threads(o["threads"]):
-        for label, probability in regimes(o).items():
-            model = make_model(o)
-
-            def follow_schedule(step, model=model, probability=probability):
-                model.config.scheduled_sampling = probability(step)
-
-            trained = train(model, batch, o["steps"], o["learning_rate"], before_step=follow_schedule)
-            final_probability = model.config.scheduled_sampling
-            model.config.scheduled_sampling = 0.0  # evaluation reads no samples either way; keep the config clean
-            errors = errors_by_position(model, o["length"], o["examples"])
-            gap = [f - t for f, t in zip(errors["free"], errors["forced"])]
-            models[label] = errors | {
-                "gap": gap,
-                "mean_free": sum(errors["free"]) / len(gap),
-                "mean_forced": sum(errors["forced"]) / len(gap),
-                "mean_gap": sum(gap) / len(gap),
-                "final_sampling_probability": final_probability,
-                "schedule": [round(probability(i), 4) for i in range(0, o["steps"], max(1, o["steps"] // 50))],
-                "train_seconds": round(trained["seconds"], 1),
-                "final_train_loss": trained["final_loss"],
-                "parameters": count_parameters(model),
-            }
+        models = {label: train_regime(probability, o, batch) for label, probability in regimes(o).items()}
 
     plots = [plot(models, folder / "error_by_position.png", o)]
+    results = {"options": {"quick": quick, **o}, "models": models, "claims": exposure_claims(models)}
+    return finish(NAME, TITLE, folder, results, report(o, models), started, plots)
+
+
+def train_regime(probability, o: dict, batch) -> dict:
+    """Train the model reading its own token with `probability(step)` at each step; its error rates by output position
+    (free and teacher-forced) and their gap, the schedule it followed, and its training figures."""
+    model = make_model(o)
+
+    def follow_schedule(step):
+        model.config.scheduled_sampling = probability(step)
+
+    trained = train(model, batch, o["steps"], o["learning_rate"], before_step=follow_schedule)
+    final_probability = model.config.scheduled_sampling
+    model.config.scheduled_sampling = 0.0  # evaluation reads no samples either way; keep the config clean
+    errors = errors_by_position(model, o["length"], o["examples"])
+    gap = [f - t for f, t in zip(errors["free"], errors["forced"])]
+    return errors | {
+        "gap": gap,
+        "mean_free": sum(errors["free"]) / len(gap),
+        "mean_forced": sum(errors["forced"]) / len(gap),
+        "mean_gap": sum(gap) / len(gap),
+        "final_sampling_probability": final_probability,
+        "schedule": [round(probability(i), 4) for i in range(0, o["steps"], max(1, o["steps"] // 50))],
+        "train_seconds": round(trained["seconds"], 1),
+        "final_train_loss": trained["final_loss"],
+        "parameters": count_parameters(model),
+    }
+
+
+def report(o: dict, models: dict) -> str:
+    """The Markdown body: the setup, and each regime's error rates, free and teacher-forced."""
     positions = len(next(iter(models.values()))["free"])
     shown = sorted({1, *range(5, positions + 1, 5), positions})
-    body = "\n\n".join(
+    return "\n\n".join(
         [
             prose(__doc__),
             f"GRU encoder-decoder with additive attention ({next(iter(models.values()))['parameters']:,} weights, "
@@ -201,9 +211,6 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             ),
         ]
     )
-    claims = exposure_claims(models)
-    results = {"options": {"quick": quick, **o}, "models": models, "claims": claims}
-    return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
 def exposure_claims(models: dict) -> list[dict]:

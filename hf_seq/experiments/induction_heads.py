@@ -26,7 +26,6 @@ import torch
 from .common import (
     check_options,
     claim,
-    count_parameters,
     figure,
     finish,
     markdown_table,
@@ -34,10 +33,9 @@ from .common import (
     prose,
     save_figure,
     torch_threads,
-    train,
 )
 from .selective_copying import MEMBERS as COPYING_MEMBERS
-from .selective_copying import answer_accuracy, available, build, loss_curve, matched_hidden_size
+from .selective_copying import answer_accuracy, available, train_member
 
 NAME = "induction_heads"
 TITLE = "Induction Heads: accuracy at 1x to 16x the trained length"
@@ -95,32 +93,35 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     generator = torch.Generator().manual_seed(o["seed"])
     batches = [examples(o["batch_size"], n, o["vocab_size"], generator) for _ in range(o["steps"])]
 
-    models = {}
+    def score(model) -> dict:
+        accuracy = {
+            scale: answer_accuracy(model, test, batch_size=max(8, 256 // scale)).float().mean().item()
+            for scale, test in tests.items()
+        }
+        return {"accuracy": accuracy}
+
     with torch_threads(o["threads"]):
-        for name in members:
-            # the WaveNet's receptive field covers the training sequences; GPT's position limit the longest test
-            span = n + 1 if MEMBERS[name][0] == "conv" else longest
-            hidden = matched_hidden_size(name, o["parameters"], o["vocab_size"], span, MEMBERS)
-            torch.manual_seed(o["seed"])
-            model = build(name, hidden, o["vocab_size"], span, MEMBERS)
-            trained = train(model, batches.__getitem__, o["steps"], o["learning_rate"])
-            accuracy = {
-                scale: answer_accuracy(model, test, batch_size=max(8, 256 // scale)).float().mean().item()
-                for scale, test in tests.items()
-            }
-            models[name] = {
-                "hidden_size": hidden,
-                "parameters": count_parameters(model),
-                "train_seconds": round(trained["seconds"], 1),
-                "final_train_loss": trained["final_loss"],
-                "accuracy": accuracy,
-                "loss_curve": loss_curve(trained["losses"]),
-            }
-            if name == "WaveNet":
-                models[name]["receptive_field"] = model.config.receptive_field
+        # the WaveNet's receptive field covers the training sequences; GPT's position limit the longest test
+        spans = {name: n + 1 if MEMBERS[name][0] == "conv" else longest for name in members}
+        models = {name: train_member(name, o, spans[name], batches, score, MEMBERS) for name in members}
 
     chance = 1 / (o["vocab_size"] - FIRST_TOKEN)
     plots = [plot(models, folder / "accuracy_by_length.png", o, chance)]
+    results = {
+        "options": {"quick": quick, **o, "members": list(o["members"])},
+        "scales": list(SCALES),
+        "chance": chance,
+        "models": models,
+        "missing": missing,
+        "claims": claims(models, missing),
+    }
+    return finish(NAME, TITLE, folder, results, report(o, models, missing, chance), started, plots)
+
+
+def report(o: dict, models: dict, missing: dict, chance: float) -> str:
+    """The Markdown body: the setup, each member's accuracy at every scale, the paper's result, the members left
+    out."""
+    n = o["train_length"]
     body = [
         prose(__doc__),
         f"This run: trained on sequences of {n} tokens (the paper: 256), tested on {o['test_examples']} fresh "
@@ -147,15 +148,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     ]
     if missing:
         body.append("Left out: " + "; ".join(f"{name} ({why})" for name, why in missing.items()) + ".")
-    results = {
-        "options": {"quick": quick, **o, "members": list(o["members"])},
-        "scales": list(SCALES),
-        "chance": chance,
-        "models": models,
-        "missing": missing,
-        "claims": claims(models, missing),
-    }
-    return finish(NAME, TITLE, folder, results, "\n\n".join(body), started, plots)
+    return "\n\n".join(body)
 
 
 PAPER = (

@@ -157,29 +157,51 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         examples(o["batch_size"], o["length"], o["tokens"], o["vocab_size"], generator) for _ in range(o["steps"])
     ]
 
-    models = {}
+    def score(model) -> dict:
+        correct = answer_accuracy(model, test).float()
+        return {
+            "accuracy": correct.mean().item(),
+            "all_tokens_right": correct.all(-1).float().mean().item(),
+            "accuracy_by_index": correct.mean(0).tolist(),
+        }
+
     with torch_threads(o["threads"]):
-        for name in members:
-            hidden = matched_hidden_size(name, o["parameters"], o["vocab_size"], span)
-            torch.manual_seed(o["seed"])
-            model = build(name, hidden, o["vocab_size"], span)
-            trained = train(model, batches.__getitem__, o["steps"], o["learning_rate"])
-            correct = answer_accuracy(model, test).float()
-            models[name] = {
-                "hidden_size": hidden,
-                "parameters": count_parameters(model),
-                "train_seconds": round(trained["seconds"], 1),
-                "final_train_loss": trained["final_loss"],
-                "accuracy": correct.mean().item(),
-                "all_tokens_right": correct.all(-1).float().mean().item(),
-                "accuracy_by_index": correct.mean(0).tolist(),
-                "loss_curve": loss_curve(trained["losses"]),
-            }
-            if name == "WaveNet":
-                models[name]["receptive_field"] = model.config.receptive_field
+        models = {name: train_member(name, o, span, batches, score) for name in members}
 
     chance = 1 / (o["vocab_size"] - FIRST_DATA)
     plots = [plot(models, folder / "selective_copying.png", o, chance)]
+    results = {
+        "options": {"quick": quick, **o, "members": list(o["members"])},
+        "chance": chance,
+        "models": models,
+        "missing": missing,
+        "claims": claims(models, missing),
+    }
+    return finish(NAME, TITLE, folder, results, report(o, models, missing, chance), started, plots)
+
+
+def train_member(name: str, o: dict, span: int, batches: list[dict], score, members: dict = MEMBERS) -> dict:
+    """Member `name` at the width closest to the `parameters` budget, trained from `seed` on `batches` (one a step);
+    its width, size, training figures, `score(model)` (its test figures) and, for the WaveNet, its receptive field."""
+    hidden = matched_hidden_size(name, o["parameters"], o["vocab_size"], span, members)
+    torch.manual_seed(o["seed"])
+    model = build(name, hidden, o["vocab_size"], span, members)
+    trained = train(model, batches.__getitem__, o["steps"], o["learning_rate"])
+    figures = {
+        "hidden_size": hidden,
+        "parameters": count_parameters(model),
+        "train_seconds": round(trained["seconds"], 1),
+        "final_train_loss": trained["final_loss"],
+        **score(model),
+        "loss_curve": loss_curve(trained["losses"]),
+    }
+    if name == "WaveNet":
+        figures["receptive_field"] = model.config.receptive_field
+    return figures
+
+
+def report(o: dict, models: dict, missing: dict, chance: float) -> str:
+    """The Markdown body: the setup, each member's figures, the paper's, and the members left out."""
     body = [
         prose(__doc__),
         f"This run: a body of {o['length']} tokens holding {o['tokens']} data tokens, a vocabulary of "
@@ -209,14 +231,7 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     ]
     if missing:
         body.append("Left out: " + "; ".join(f"{n} ({why})" for n, why in missing.items()) + ".")
-    results = {
-        "options": {"quick": quick, **o, "members": list(o["members"])},
-        "chance": chance,
-        "models": models,
-        "missing": missing,
-        "claims": claims(models, missing),
-    }
-    return finish(NAME, TITLE, folder, results, "\n\n".join(body), started, plots)
+    return "\n\n".join(body)
 
 
 PAPER = (
