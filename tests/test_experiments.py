@@ -71,6 +71,22 @@ def test_parentheses(tmp_path):
     assert module.depth("( [ ] ) { [ ( ) ] }") == 3
 
 
+def test_matched_width_is_the_closest_to_the_budget_and_stops_past_it():
+    from hf_seq.experiments.common import matched_width
+
+    built = []
+
+    def build(width):  # 10 x width weights
+        layer = torch.nn.Linear(width, 10, bias=False)
+        built.append((width, layer.weight.device.type))
+        return layer
+
+    assert matched_width(build, 430) == 40  # 400 weights, 30 short, against 480 at width 48
+    assert built[-1] == (48, "meta")  # the first width past the budget ends the search; shapes only
+    assert matched_width(build, 440) == 40  # a tie goes to the smaller model
+    assert matched_width(build, 5) == 8  # the narrowest, however small the budget
+
+
 def test_positions_learned_row_is_marked_beyond_its_table(tmp_path):
     results = get_experiment("positions").run(quick=True, output_dir=tmp_path)
     saved = check_written(tmp_path, results)
