@@ -20,7 +20,9 @@ correspondence once, and `base.py` reads it in both directions:
 
 These make a `ConfigMap`, and `register(ReferenceClass, OurClass, config_map, rules)` adds a pair to `CONVERSIONS`.
 Every refusal goes through `require`: it names the parameter, its value and what is allowed. A new pair is one such
-module, imported below; `mamba.py` is the model.
+module, imported below; `mamba.py` is the model. A pair whose configs a `ConfigMap` cannot describe may still pass
+its own two config functions: `register_conversion(Conversion(reference, ours, config_to_ours, config_to_reference,
+rules))`.
 
 `from_state_dict(state_dict, config)` (`classic.py`) ports a plain PyTorch RNN encoder-decoder (no transformers class
 exists for it) into the Bahdanau family, whose flags represent the classic models exactly (see its docstring for the
