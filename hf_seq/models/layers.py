@@ -1,4 +1,5 @@
-"""Normalisation, position-wise feed-forward and word dropout layers shared by the families."""
+"""Normalisation, the residual connection, position-wise feed-forward and word dropout layers shared by the
+families."""
 
 import torch
 from torch import nn
@@ -31,6 +32,30 @@ def make_norm(norm_type: str, size: int, eps: float) -> nn.Module:
     if norm_type == "rmsnorm":
         return nn.RMSNorm(size, eps=eps)
     raise ValueError(f"norm_type={norm_type!r} is not supported; allowed values: {list(NORM_TYPES)}.")
+
+
+class ResidualLayer(nn.Module):
+    """A Transformer layer: sub-layers (attention, feed-forward), each inside a residual connection (Vaswani et al.
+    2017, section 3.1): LN(x + Dropout(Sublayer(x))) post-LN, x + Dropout(Sublayer(LN(x))) pre-LN (GPT-2; Xiong et
+    al. 2020: no warm-up needed). Each sub-layer has its own norm, applied before or after:
+
+        x = self.residual(x, sublayer(self.sublayer_input(x, norm)), norm)
+
+    A block subclasses it after transformers' GradientCheckpointingLayer, which is not imported here: the
+    configuration files import this module, and importing transformers' layers imports its Auto classes, which
+    register hf-seq's configurations while they are being imported."""
+
+    def __init__(self, norm_position: str, dropout: float):
+        super().__init__()
+        self.pre_norm = norm_position == "pre"
+        self.dropout = nn.Dropout(dropout)
+
+    def sublayer_input(self, x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+        return norm(x) if self.pre_norm else x
+
+    def residual(self, x: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+        x = x + self.dropout(sublayer_output)
+        return x if self.pre_norm else norm(x)
 
 
 class FeedForward(nn.Module):

@@ -43,7 +43,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .attention import MultiHeadAttention
 from .configuration_transformer import TransformerConfig
 from .decoding import TransposedWeightsDecoding
-from .layers import FeedForward, WordDropout, make_norm
+from .layers import FeedForward, ResidualLayer, WordDropout, make_norm
 from .positional import SinusoidalPositionalEmbedding
 from .seq2seq import Seq2SeqLMMixin, Seq2SeqPreTrainedMixin, as_encoder_output, seq2seq_loss, shift_tokens_right
 from .utils import (
@@ -59,14 +59,12 @@ from .utils import (
 )
 
 
-class TransformerLayer(GradientCheckpointingLayer):
-    """What encoder and decoder layers share: the feed-forward sub-layer and the residual connection around every
-    sub-layer (section 3.1): LN(x + Dropout(Sublayer(x))) post-LN, x + Dropout(Sublayer(LN(x))) pre-LN."""
+class TransformerLayer(GradientCheckpointingLayer, ResidualLayer):
+    """What encoder and decoder layers share: the feed-forward sub-layer, and the residual connection around every
+    sub-layer (section 3.1; layers.ResidualLayer)."""
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        self.pre_norm = config.norm_position == "pre"
-        self.dropout = nn.Dropout(config.dropout)
+        super().__init__(config.norm_position, config.dropout)
         self.mlp = FeedForward(
             config.hidden_size,
             config.intermediate_size,
@@ -75,13 +73,6 @@ class TransformerLayer(GradientCheckpointingLayer):
             bias=config.mlp_bias,
         )
         self.final_layer_norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
-
-    def sublayer_input(self, x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-        return norm(x) if self.pre_norm else x
-
-    def residual(self, x: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-        x = x + self.dropout(sublayer_output)
-        return x if self.pre_norm else norm(x)
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.residual(x, self.mlp(self.sublayer_input(x, self.final_layer_norm)), self.final_layer_norm)
