@@ -28,10 +28,11 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.utils import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .configuration_bert import BERTConfig
-from .layers import FeedForward, make_norm
+from .layers import FeedForward, ResidualLayer, make_norm
 from .utils import (
     CheckedPreTrainedModel,
     IndexOutOfRangeError,
@@ -70,27 +71,20 @@ class BERTEmbeddings(nn.Module):
         return self.dropout(self.norm(hidden_states))  # (B, T, C)
 
 
-class BERTBlock(GradientCheckpointingLayer):
+class BERTBlock(GradientCheckpointingLayer, ResidualLayer):
     def __init__(self, config: BERTConfig, layer_idx: int):
-        super().__init__()
-        self.pre_norm = config.norm_position == "pre"
+        super().__init__(config.norm_position, config.hidden_dropout)
         self.input_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
         self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=False)
         self.post_attention_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
         self.mlp = FeedForward(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias)
-        self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
-        x = hidden_states
-        if self.pre_norm:
-            attn, weights = self.self_attn(self.input_layernorm(x), attention_mask, **kwargs)
-            x = x + self.dropout(attn)
-            x = x + self.dropout(self.mlp(self.post_attention_layernorm(x)))
-        else:
-            attn, weights = self.self_attn(x, attention_mask, **kwargs)
-            x = self.input_layernorm(x + self.dropout(attn))
-            x = self.post_attention_layernorm(x + self.dropout(self.mlp(x)))
-        return x, weights
+        x = hidden_states  # (B, T, C)
+        attn, _ = self.self_attn(self.sublayer_input(x, self.input_layernorm), attention_mask, **kwargs)
+        x = self.residual(x, attn, self.input_layernorm)
+        mlp = self.mlp(self.sublayer_input(x, self.post_attention_layernorm))
+        return self.residual(x, mlp, self.post_attention_layernorm)
 
 
 class BERTPooler(nn.Module):
@@ -134,6 +128,9 @@ class BERTModel(BERTPreTrainedModel):
     """The encoder stack; returns the final hidden states (B, T, C) and, with the pooler, tanh(W h_[CLS] + b) (B, C),
     the sequence summary BERT's classifier reads (pretrained by next-sentence prediction in the paper)."""
 
+    # hidden_states: the input of the first block, then each block's output (the last one after the final norm)
+    _can_record_outputs = {"hidden_states": BERTBlock, "attentions": OutputRecorder(MultiHeadAttention, index=1)}
+
     def __init__(self, config: BERTConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = BERTEmbeddings(config)
@@ -149,7 +146,7 @@ class BERTModel(BERTPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -187,21 +184,11 @@ class BERTModel(BERTPreTrainedModel):
         # None when nothing is padded (sdpa then runs unmasked); else a (B, 1, T, T) mask hiding the pad keys.
         mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
 
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        all_hidden_states = [] if output_hidden_states else None
-        all_attentions = [] if output_attentions else None
-        if output_attentions:
+        if config.output_attentions if output_attentions is None else output_attentions:
             kwargs["output_attentions"] = True  # a kernel that forms no weights says so, as in transformers
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden_states.append(hidden_states)
-            hidden_states, weights = layer(hidden_states, attention_mask=mask, **kwargs)
-            if output_attentions and weights is not None:  # fused kernels (sdpa, flash) return none
-                all_attentions.append(weights)
+            hidden_states = layer(hidden_states, attention_mask=mask, **kwargs)
         hidden_states = self.norm(hidden_states)
-        if output_hidden_states:
-            all_hidden_states.append(hidden_states)
         pooled = None
         if self.pooler is not None:
             # The first real token ([CLS]): slot 0 with right padding, after the pads with left padding.
@@ -209,12 +196,7 @@ class BERTModel(BERTPreTrainedModel):
             if attention_mask is not None and attention_mask.dim() == 2:
                 first = attention_mask.long().argmax(-1)
             pooled = self.pooler(hidden_states[torch.arange(batch_size, device=hidden_states.device), first])
-        return BaseModelOutputWithPooling(
-            last_hidden_state=hidden_states,
-            pooler_output=pooled,
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
-            attentions=tuple(all_attentions) if output_attentions else None,
-        )
+        return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled)
 
 
 class BERTForMaskedLM(BERTPreTrainedModel):
