@@ -52,11 +52,14 @@ def test_each_token_gets_its_top_k_experts_weighted_by_a_softmax_over_their_logi
     torch.manual_seed(0)
     block = MixtureOfExperts(16, 24, "gelu", num_experts=5, top_k=2).eval()
     x = torch.randn(3, 4, 16)
+    router_outputs = []
+    block.gate.register_forward_hook(lambda module, args, output: router_outputs.append(output))
     with torch.no_grad():
-        y, router_logits = block(x)
-        assert router_logits.shape == (12, 5)
+        y = block(x)
+        (router_logits,) = router_outputs  # what a model records: the router's output, (tokens, experts)
+        assert y.shape == x.shape and router_logits.shape == (12, 5)
         for t, token in enumerate(x.reshape(-1, 16)):
-            r = block.gate(token)
+            r = token @ block.gate.weight.T
             top = r.topk(2).indices
             weights = torch.softmax(r[top], -1)
             expected = sum(w * block.experts[int(i)](token) for w, i in zip(weights, top))
@@ -70,9 +73,9 @@ def test_the_compiled_graphs_route_as_eager_does(monkeypatch):
     block = MixtureOfExperts(16, 24, "swiglu", num_experts=4, top_k=2).eval()
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
-        eager, _ = block(x)
+        eager = block(x)
         monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-        every_expert, _ = block(x)
+        every_expert = block(x)
     torch.testing.assert_close(every_expert, eager, rtol=1e-6, atol=1e-6)
 
 
@@ -126,7 +129,8 @@ def test_the_loss_adds_the_balancing_loss_of_the_real_tokens():
 
 
 def test_a_dense_gpt_is_unchanged():
-    """num_local_experts defaults to 0: the dense FeedForward under its old parameter names, the dense outputs."""
+    """num_local_experts defaults to 0: the dense FeedForward under its old parameter names, the dense outputs. Asked
+    for router logits, by argument or config, a dense model has none to return (and no empty field for them)."""
     config = GPTConfig(**TINY)
     assert config.num_local_experts == 0
     model = GPTForCausalLM(config)
@@ -135,6 +139,28 @@ def test_a_dense_gpt_is_unchanged():
     ids = torch.randint(3, 99, (1, 4))
     out = model(ids, labels=ids, output_router_logits=True)
     assert type(out).__name__ == "CausalLMOutputWithPast" and "router_logits" not in out
+    config.output_router_logits = True
+    for model in (GPTForCausalLM(config).eval(), GPTModel(config).eval()):
+        out = model(ids, output_hidden_states=True)
+        assert type(out).__name__.startswith(("CausalLM", "BaseModel")) and "router_logits" not in out
+        assert len(out.hidden_states) == 3 and len(model(ids, return_dict=False)) == 2  # (logits or states, cache)
+
+
+def test_router_logits_are_recorded_per_layer_beside_states_and_attentions():
+    """Output capturing records each block's states, attention maps and router logits in layer order: the router
+    logits are the router's outputs, as a hook on each layer's router sees them."""
+    model = moe_gpt(attn_implementation="eager")
+    ids = torch.randint(3, 99, (2, 6))
+    seen = []
+    for layer in model.model.layers:
+        layer.mlp.gate.register_forward_hook(lambda module, args, output: seen.append(output))
+    with torch.no_grad():
+        out = model(ids, output_router_logits=True, output_hidden_states=True, output_attentions=True)
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2 and out.attentions[0].shape == (2, 4, 6, 6)
+    assert len(out.router_logits) == 2 and all(r is s for r, s in zip(out.router_logits, seen))
+    with torch.no_grad():
+        plain = model(ids, return_dict=False)
+    assert len(plain) == 2  # logits and cache: nothing recorded unless asked
 
 
 def test_an_accumulated_step_adds_the_balancing_loss_once():

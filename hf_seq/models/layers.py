@@ -93,6 +93,14 @@ class FeedForward(nn.Module):
         return self.down_proj(self.dropout(h))
 
 
+class Router(nn.Linear):
+    """The router of a mixture of experts: its logits W_r x (tokens, experts), one per expert (no bias). An nn.Linear
+    with a class of its own, so that a model can record its outputs for the load-balancing loss."""
+
+    def __init__(self, hidden_size: int, num_experts: int):
+        super().__init__(hidden_size, num_experts, bias=False)
+
+
 class MixtureOfExperts(nn.Module):
     r"""A sparse mixture of feed-forward experts (Shazeer et al. 2017; Mixtral's top-k routing, Jiang et al. 2024).
     Each token x goes to the k experts its router ranks highest:
@@ -107,7 +115,8 @@ class MixtureOfExperts(nn.Module):
     $$
 
     With k = 1 every weight is 1: the router then learns from the load-balancing loss alone (as in Mixtral).
-    `forward` returns y and the router logits (tokens, experts), for that loss (`load_balancing_loss`).
+    `forward` returns y; the router logits (tokens, experts) that loss needs (`load_balancing_loss`) are the outputs
+    of the `Router`, which a model records (`_can_record_outputs`), as Mixtral records its router's.
 
     Each expert runs once on the tokens routed to it (gathered, then added back with index_add). A compiled graph
     cannot hold that data-dependent gather, so under torch.compile every expert runs on every token and the
@@ -125,7 +134,7 @@ class MixtureOfExperts(nn.Module):
     ):
         super().__init__()
         self.top_k = top_k
-        self.gate = nn.Linear(hidden_size, num_experts, bias=False)
+        self.gate = Router(hidden_size, num_experts)
         self.experts = nn.ModuleList(
             FeedForward(hidden_size, intermediate_size, activation, bias=bias) for _ in range(num_experts)
         )
@@ -140,9 +149,9 @@ class MixtureOfExperts(nn.Module):
         chosen = torch.zeros_like(probs, dtype=torch.bool).scatter(1, top_experts, True)
         return router_logits, weights.to(x.dtype), chosen
 
-    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         x = hidden_states.reshape(-1, hidden_states.shape[-1])  # (B, T, C) -> (B*T, C)
-        router_logits, weights, chosen = self.route(x)
+        _, weights, chosen = self.route(x)
         y = torch.zeros_like(x)
         for i, expert in enumerate(self.experts):
             if torch.compiler.is_compiling():
@@ -150,7 +159,7 @@ class MixtureOfExperts(nn.Module):
                 continue
             tokens = chosen[:, i].nonzero().squeeze(1)
             y.index_add_(0, tokens, weights[tokens, i, None] * expert(x[tokens]))
-        return y.view_as(hidden_states), router_logits
+        return y.view_as(hidden_states)
 
 
 def make_feed_forward(config) -> nn.Module:

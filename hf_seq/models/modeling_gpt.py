@@ -13,6 +13,7 @@ With `num_local_experts` set, FFN is a mixture of experts (layers.MixtureOfExper
 experts) and the LM loss gains `router_aux_loss_coef` times the load-balancing loss (layers.load_balancing_loss).
 """
 
+import functools
 import inspect
 
 import torch
@@ -28,11 +29,12 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutputWithPast,
 )
 from transformers.utils import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .configuration_gpt import GPTConfig
 from .decoding import TransposedWeightsDecoding
-from .layers import load_balancing_loss, make_feed_forward, make_norm
+from .layers import ResidualLayer, Router, load_balancing_loss, make_feed_forward, make_norm
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
     CheckedGenerationMixin,
@@ -49,34 +51,22 @@ from .utils import (
 )
 
 
-class GPTBlock(GradientCheckpointingLayer):
+class GPTBlock(GradientCheckpointingLayer, ResidualLayer):
     def __init__(self, config: GPTConfig, layer_idx: int):
-        super().__init__()
-        self.pre_norm = config.norm_position == "pre"
+        super().__init__(config.norm_position, config.hidden_dropout)
         self.input_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
         self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True)
         self.post_attention_layernorm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
         self.mlp = make_feed_forward(config)  # dense, or a mixture of experts
-        self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
-        x = hidden_states
-        if self.pre_norm:
-            attn, weights = self.self_attn(self.input_layernorm(x), attention_mask, past_key_values, **kwargs)
-            x = x + self.dropout(attn)
-            mlp, router_logits = self.feed_forward(self.post_attention_layernorm(x))
-            x = x + self.dropout(mlp)
-        else:
-            attn, weights = self.self_attn(x, attention_mask, past_key_values, **kwargs)
-            x = self.input_layernorm(x + self.dropout(attn))
-            mlp, router_logits = self.feed_forward(x)
-            x = self.post_attention_layernorm(x + self.dropout(mlp))
-        return x, weights, router_logits
-
-    def feed_forward(self, x):
-        """The MLP's output, and the router logits (tokens, experts) of a mixture of experts (None if dense)."""
-        out = self.mlp(x)
-        return out if isinstance(out, tuple) else (out, None)
+        x = hidden_states  # (B, T, C)
+        attn, _ = self.self_attn(
+            self.sublayer_input(x, self.input_layernorm), attention_mask, past_key_values, **kwargs
+        )
+        x = self.residual(x, attn, self.input_layernorm)
+        mlp = self.mlp(self.sublayer_input(x, self.post_attention_layernorm))
+        return self.residual(x, mlp, self.post_attention_layernorm)
 
 
 class GPTPreTrainedModel(CheckedPreTrainedModel):
@@ -97,8 +87,29 @@ class GPTPreTrainedModel(CheckedPreTrainedModel):
             module.reset_buffers()
 
 
+def _dense_returns_no_router_logits(forward):
+    """A dense GPT has no router: asked for router logits (by argument or config), it returns none. Output capturing
+    would add an empty `router_logits` to its BaseModelOutputWithPast, which has no such field."""
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        if not self.config.num_local_experts:
+            kwargs["output_router_logits"] = False
+        return forward(self, *args, **kwargs)
+
+    return wrapper
+
+
 class GPTModel(GPTPreTrainedModel):
     """The stack of decoder blocks; returns the final hidden states (B, T, C) and the KV cache."""
+
+    # hidden_states: the input of the first block, then each block's output (the last one after the final norm);
+    # router_logits: each mixture of experts' router logits (batch * tokens, experts), for the load-balancing loss
+    _can_record_outputs = {
+        "hidden_states": GPTBlock,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1),
+        "router_logits": OutputRecorder(Router, index=0),
+    }
 
     def __init__(self, config: GPTConfig):
         super().__init__(config)
@@ -127,7 +138,40 @@ class GPTModel(GPTPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
-    @can_return_tuple
+    def check_position_limit(self, past_length, seq_len) -> None:
+        """Learned and sinusoidal position tables end at max_position_embeddings. A static cache counts in a tensor:
+        compared outside a compiled graph only (a data-dependent branch would break it; the cache's own length bounds
+        a compiled decode)."""
+        if self.embed_positions is None or torch.compiler.is_compiling():
+            return
+        total_length = past_length + seq_len
+        if int(total_length) > self.config.max_position_embeddings:
+            raise IndexOutOfRangeError(
+                f"GPTModel: {total_length} positions (cache {past_length} + input {seq_len}) exceed "
+                f"max_position_embeddings={self.config.max_position_embeddings} of "
+                f"{self.config.position_embedding_type} position embeddings; truncate the input or use a model with a "
+                "longer context."
+            )
+
+    def embed(self, inputs_embeds, position_ids, past_key_values, past_length) -> tuple[torch.Tensor, dict]:
+        """h_0 (B, T, C): the token embeddings plus learned or sinusoidal positions, then dropout; and what every
+        attention layer reads for rotary positions (`position_embeddings`) or ALiBi (`position_bias`)."""
+        hidden_states = inputs_embeds
+        if self.embed_positions is not None:
+            hidden_states = hidden_states + self.embed_positions(position_ids).to(hidden_states.dtype)
+        hidden_states = self.dropout(hidden_states)
+        positions = {}
+        if self.rotary_emb is not None:
+            positions["position_embeddings"] = self.rotary_emb(position_ids, hidden_states.dtype)
+        if self.alibi is not None:
+            seq_len = hidden_states.shape[1]
+            key_length = past_key_values.get_mask_sizes(seq_len, 0)[0] if past_key_values is not None else seq_len
+            bias = self.alibi(past_length, seq_len, key_length, hidden_states.device)
+            positions["position_bias"] = bias.to(hidden_states.dtype)
+        return hidden_states, positions
+
+    @_dense_returns_no_router_logits
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -141,8 +185,9 @@ class GPTModel(GPTPreTrainedModel):
         output_router_logits: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast | MoeModelOutputWithPast:
-        """A dense model returns BaseModelOutputWithPast; a mixture of experts MoeModelOutputWithPast, holding
-        each layer's router logits (batch * tokens, experts) if `output_router_logits` (default: the config's)."""
+        """A dense model returns BaseModelOutputWithPast; a mixture of experts MoeModelOutputWithPast. Each block's
+        hidden states and attention maps, and each mixture's router logits (batch * tokens, experts), are recorded
+        when asked (`output_*`, default: the config's) by `@capture_outputs`."""
         past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
@@ -155,65 +200,21 @@ class GPTModel(GPTPreTrainedModel):
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=config)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        total_length = past_length + seq_len
-        check_attention_mask(attention_mask, batch_size, total_length)
-        # A static cache counts in a tensor: compare outside a compiled graph only (a data-dependent branch would
-        # break it; the cache's own length bounds a compiled decode).
-        too_long = self.embed_positions is not None and not torch.compiler.is_compiling()
-        if too_long and int(total_length) > config.max_position_embeddings:
-            raise IndexOutOfRangeError(
-                f"GPTModel: {total_length} positions (cache {past_length} + input {seq_len}) exceed "
-                f"max_position_embeddings={config.max_position_embeddings} of {config.position_embedding_type} "
-                "position embeddings; truncate the input or use a model with a longer context."
-            )
+        check_attention_mask(attention_mask, batch_size, past_length + seq_len)
+        self.check_position_limit(past_length, seq_len)
         if position_ids is None:
             position_ids = positions_from_attention_mask(attention_mask, past_length, seq_len, inputs_embeds.device)
-
-        hidden_states = inputs_embeds
-        if self.embed_positions is not None:
-            hidden_states = hidden_states + self.embed_positions(position_ids).to(hidden_states.dtype)
-        hidden_states = self.dropout(hidden_states)
-        if self.rotary_emb is not None:
-            kwargs["position_embeddings"] = self.rotary_emb(position_ids, hidden_states.dtype)
-        if self.alibi is not None:
-            key_length = past_key_values.get_mask_sizes(seq_len, 0)[0] if past_key_values is not None else seq_len
-            bias = self.alibi(past_length, seq_len, key_length, hidden_states.device)
-            kwargs["position_bias"] = bias.to(hidden_states.dtype)
+        hidden_states, positions = self.embed(inputs_embeds, position_ids, past_key_values, past_length)
+        kwargs |= positions
         # the cache by position: transformers 5.24 renamed that argument from past_key_values to cache
         mask = create_causal_mask(config, hidden_states, attention_mask, past_key_values, position_ids=position_ids)
-
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        all_hidden_states = [] if output_hidden_states else None
-        all_attentions = [] if output_attentions else None
-        moe = config.num_local_experts > 0
-        output_router_logits = config.output_router_logits if output_router_logits is None else output_router_logits
-        all_router_logits = [] if moe and output_router_logits else None
-        if output_attentions:
+        if config.output_attentions if output_attentions is None else output_attentions:
             kwargs["output_attentions"] = True  # a kernel that forms no weights says so, as in transformers
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden_states.append(hidden_states)
-            hidden_states, weights, router_logits = layer(
-                hidden_states, attention_mask=mask, past_key_values=past_key_values, **kwargs
-            )
-            if output_attentions and weights is not None:  # fused kernels (sdpa, flash) return none
-                all_attentions.append(weights)
-            if all_router_logits is not None:
-                all_router_logits.append(router_logits)
-        hidden_states = self.norm(hidden_states)
-        if output_hidden_states:
-            all_hidden_states.append(hidden_states)
-        output_class, extra = BaseModelOutputWithPast, {}
-        if moe:
-            output_class = MoeModelOutputWithPast
-            extra["router_logits"] = tuple(all_router_logits) if output_router_logits else None
+            hidden_states = layer(hidden_states, attention_mask=mask, past_key_values=past_key_values, **kwargs)
+        output_class = MoeModelOutputWithPast if config.num_local_experts else BaseModelOutputWithPast
         return output_class(
-            last_hidden_state=hidden_states,
-            **cache_field(past_key_values if use_cache else None),
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
-            attentions=tuple(all_attentions) if output_attentions else None,
-            **extra,
+            last_hidden_state=self.norm(hidden_states), **cache_field(past_key_values if use_cache else None)
         )
 
 
@@ -259,7 +260,7 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
         config = self.config
         moe = config.num_local_experts > 0
         output_router_logits = config.output_router_logits if output_router_logits is None else output_router_logits
-        need_router_logits = moe and (output_router_logits or labels is not None)
+        balance = moe and (output_router_logits or labels is not None)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -267,40 +268,34 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
             past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
-            output_router_logits=need_router_logits,
+            output_router_logits=balance,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         logits = self.lm_head(hidden_states[:, keep, :])
-        loss = None
+        loss = aux_loss = None
         if labels is not None:
             # transformers' causal LM loss: shifts labels (or takes `shift_labels`), ignores -100, and sums over
             # `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch.
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=config.vocab_size, **kwargs)
-        if not moe:
-            return CausalLMOutputWithPast(
-                loss=loss,
-                logits=logits,
-                **cache_field(cache_of(outputs)),
-                hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions,
-            )
-        aux_loss = None
-        if need_router_logits:
+        if balance:
             seq_len = hidden_states.shape[1]
             real = attention_mask[:, -seq_len:] if attention_mask is not None and attention_mask.dim() == 2 else None
             aux_loss = load_balancing_loss(outputs.router_logits, config.num_experts_per_tok, real)
-        if labels is not None:
-            loss = loss + config.router_aux_loss_coef * aux_loss * _aux_loss_share(labels, kwargs)
-        return MoeCausalLMOutputWithPast(
+            if labels is not None:
+                loss = loss + config.router_aux_loss_coef * aux_loss * _aux_loss_share(labels, kwargs)
+        moe_fields = {}
+        if moe:
+            moe_fields = dict(aux_loss=aux_loss, router_logits=outputs.router_logits if output_router_logits else None)
+        output_class = MoeCausalLMOutputWithPast if moe else CausalLMOutputWithPast
+        return output_class(
             loss=loss,
-            aux_loss=aux_loss,
             logits=logits,
             **cache_field(cache_of(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            router_logits=outputs.router_logits if output_router_logits else None,
+            **moe_fields,
         )
 
 
