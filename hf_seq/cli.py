@@ -144,8 +144,8 @@ def cmd_push(args) -> None:
 def cmd_evaluate(args) -> None:
     """Evaluate a saved model on the held-out split of the recipe it was trained with (recipe.json in the folder),
     or of another recipe, with key=value overrides."""
-    from hf_seq.tasks import describe_scoring
     from hf_seq.runs import evaluate_folder
+    from hf_seq.tasks import describe_scoring
 
     _model_folder(args.folder)
     metrics = evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides)
@@ -263,49 +263,48 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
-def cmd_lineage(args) -> None:
+def lineage_studies() -> dict:
+    """The studies `hf-seq lineage --task` runs, by name: their rows give the members, help and own options."""
     from hf_seq.experiments import lineage, lineage_translation
 
-    shared = dict(
-        quick=args.quick,
-        output_dir=args.output_dir,
-        validation=args.validation,
-        test=args.test,
-        budget_tokens=args.budget_tokens,
-        budget_seconds=args.budget_seconds,
-        budget_flops=args.budget_flops,
-        sizes=args.sizes,
-        seeds=args.seeds,
-        tune=args.tune,
-        threads=args.threads,
-    )
-    corpus = args.corpus if args.corpus is None or len(args.corpus) > 1 else args.corpus[0]
-    # the two studies on one runner: its module, the corpus it reads by default, the options only it takes, its files
-    studies = {
-        "language_model": (lineage, "stdlib", ("max_chars",), "lineage.md, lineage.json and the plots (curves, scaling, compute)"),
-        "translation": (
-            lineage_translation,
-            lineage_translation.DEFAULT_CORPUS,
-            ("source_column", "target_column"),
-            "lineage.md, lineage.json, bleu_by_length.png and the alignment pictures",
-        ),
-    }
-    study, default_corpus, own_options, files = studies[args.task]
-    for other, (_, _, options, _) in studies.items():
-        for option in options:
-            if other != args.task and getattr(args, option) is not None:
+    return {study.name: study for study in (lineage.LINEAGE, lineage_translation.LINEAGE)}
+
+
+def cmd_lineage(args) -> None:
+    from dataclasses import fields
+
+    from hf_seq.experiments.study import Options
+
+    studies = lineage_studies()
+    study = studies[args.task]
+    for other in studies.values():
+        for option in other.own_options:
+            if other is not study and getattr(args, option, None) is not None:
                 flag = "--" + option.replace("_", "-")
-                raise InvalidValueError(f"lineage: {flag} {getattr(args, option)!r} is for --task {other}")
-    given = {option: getattr(args, option) for option in own_options if getattr(args, option) is not None}
-    members = tuple(args.members.split(",")) if args.members else study.MEMBERS
-    result = study.run(corpus=corpus or default_corpus, members=members, **given, **shared)
+                raise InvalidValueError(f"lineage: {flag} {getattr(args, option)!r} is for --task {other.name}")
+    options = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
+    options["corpus"] = args.corpus if args.corpus is None or len(args.corpus) > 1 else args.corpus[0]
+    options["members"] = tuple(args.members.split(",")) if args.members else None
+    options["set"] = tuple(args.set or ())
+    result = study.run(Options(**options))
     metric = result["metric"]
-    best_first = -1 if metric.endswith("bleu") else 1
+    best_first = -1 if study.higher_is_better else 1
     width = max([7, *(len(row["name"]) for row in result["summary"])])
     for row in sorted(result["summary"], key=lambda r: (r["target"], best_first * r["mean"])):
         spread = f" [{row['min']:.4f}-{row['max']:.4f}]" if row["seeds"] > 1 else ""
         print(f"{row['target']:>10,} {row['name']:>{width}}: {row['mean']:.4f}{spread} {metric.replace('_', ' ')}")
-    print(f"{files} in {args.output_dir}/")
+    print(f"{study.files} in {args.output_dir}/")
+
+
+def lineage_help() -> tuple[str, str]:
+    """`hf-seq lineage`'s help line and its `--members` help, from the studies' rows."""
+    studies = lineage_studies()
+    names = {name: ", ".join(row.name for row in study.rows) for name, study in studies.items()}
+    command = f"{names['language_model']} (or, --task translation: {names['translation']}): one corpus and budget, sizes matched"
+    members = "; ".join(
+        f"{name}: " + ", ".join(f"{row.name} ({row.help})" for row in study.rows) for name, study in studies.items()
+    )
+    return command, "a comma-separated subset of the task's members (default all). " + members
 
 
 def cmd_experiment(args) -> None:
@@ -404,11 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="check and list the files, upload nothing")
     p.set_defaults(func=cmd_push)
 
-    p = commands.add_parser(
-        "lineage",
-        help="n-gram, window, WaveNet, Elman, GRU, LSTM, GPT, Mamba (or, --task translation: Sutskever, Cho, "
-        "Bahdanau, Luong, Transformer): one corpus and budget, sizes matched",
-    )
+    command_help, members_help = lineage_help()
+    p = commands.add_parser("lineage", help=command_help)
     p.add_argument(
         "--task",
         choices=("language_model", "translation"),
@@ -440,10 +436,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=parse_sizes, help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M")
     p.add_argument("--seeds", type=int, default=1, help="seeds per member and size: mean and spread")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
+    p.add_argument("--members", help=members_help)
     p.add_argument(
-        "--members",
-        help="a comma-separated subset of ngram,window,conv,elman,gru,lstm,gpt,ssm "
-        "(translation: sutskever,cho,bahdanau,luong,transformer)",
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change a study setting (e.g. width=256, learning_rate=1e-3) or a member's knob (e.g. gru.layers=3); "
+        "repeat for several",
     )
     p.add_argument("--max-chars", type=int, help="characters of the corpus to read (default 3,000,000)")
     p.add_argument("--threads", type=int, help="torch threads (default: one per idle core)")

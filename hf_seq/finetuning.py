@@ -130,4 +130,4 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> R
         curve = {"losses": losses, "evaluations": evaluations, "steps": [h["step"] for h in history if "loss" in h]}
         save_run_files(recipe, output_dir, tokenizer, model.config, summary, {"log_history": history}, curve)
     device = trainer.args.device
-    return RunResult(trainer.model.eval(), tokenizer, evaluations, summary, output_dir, device, prepared)
+    return RunResult(trainer.model.eval(), tokenizer, evaluations, summary, output_dir, device, prepared, recipe)

@@ -207,6 +207,27 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
     node[keys[-1]] = value
 
 
+def parse_overrides(items, what: str = "override", example: str = "training.max_steps=100") -> dict:
+    """`key.sub=value` items as a tree, each value read as YAML (as overrides of a recipe are)."""
+    tree = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise RecipeError(f"{what} {item!r} is not of the form key=value (e.g. {example})")
+        _set_dotted(tree, key.strip(), value.strip())
+    return tree
+
+
+def build_section(cls, values: dict, prefix: str):
+    """A dataclass from `values`, checked as a recipe section is: unknown keys and wrong types name the key."""
+    return _build(cls, values, prefix)
+
+
+def check_value(key: str, value, annotation):
+    """`value` checked (and converted where YAML allows, e.g. an int for a float) against `annotation`."""
+    return _check_type(key, value, annotation)
+
+
 def resolve_tracker(log_with: str | None) -> str | None:
     """The tracker to log to: `auto` means TensorBoard when it is installed, else none; a named tracker must be
     installed (checked before training starts)."""

@@ -40,6 +40,7 @@ class RunResult(Mapping):
     folder: Path
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     prepared: tasks.Prepared | None = None  # the data it trained on; None for a run read back from its folder
+    recipe: Recipe | None = None
 
     def __getitem__(self, key):
         return self.summary[key]
@@ -55,15 +56,18 @@ class RunResult(Mapping):
         """A finished run read back from its folder (weights checked against their recorded checksums)."""
         from transformers import AutoTokenizer
 
+        from hf_seq.recipes import load_recipe
+
         folder = Path(folder)
         verify_checksums(folder)
-        recipe = json.loads((folder / "recipe.json").read_text())
+        tree = json.loads((folder / "recipe.json").read_text())
+        recipe = load_recipe(tree, command=tasks.TASKS[tree.get("task") or "causal_lm"].command)
         metrics = json.loads((folder / "metrics.json").read_text())
         evaluations = metrics.pop("evaluations", [])
-        task = tasks.get_task(recipe.get("task") or "causal_lm")
-        device = torch.device(device or "cpu")
-        model = get_family(recipe["family"]).model_class(task.auto_class).from_pretrained(folder)
-        return cls(model.to(device).eval(), AutoTokenizer.from_pretrained(folder), evaluations, metrics, folder, device)
+        auto_class = tasks.get_task(recipe.task or "causal_lm").auto_class
+        model = get_family(recipe.family).model_class(auto_class).from_pretrained(folder).to(device or "cpu").eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        return cls(model, tokenizer, evaluations, metrics, folder, model.device, None, recipe)
 
 
 def finished_run(recipe: Recipe, device=None) -> RunResult | None:

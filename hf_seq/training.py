@@ -359,7 +359,9 @@ def finish(session: Session) -> RunResult:
         history, curve = {"evaluations": s.evaluations}, {"losses": s.losses, "evaluations": s.evaluations}
         save_run_files(recipe, output_dir, prepared.tokenizer, unwrapped.config, summary, history, curve)
     accelerator.wait_for_everyone()
-    return RunResult(plain.eval(), prepared.tokenizer, s.evaluations, summary, output_dir, accelerator.device, prepared)
+    return RunResult(
+        plain.eval(), prepared.tokenizer, s.evaluations, summary, output_dir, accelerator.device, prepared, recipe
+    )
 
 
 def summarize(session: Session, final: dict, averaged: list[int] | None) -> dict:

@@ -4,6 +4,7 @@ the files the issue names are written."""
 import json
 import math
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -43,12 +44,12 @@ def test_quick_lineage_writes_the_table_curves_and_cards(tmp_path):
 
 
 def test_matched_size_hits_the_target_for_every_neural_member():
-    settings = dict(lineage.SETTINGS["default"])
+    settings = lineage.LINEAGE.settings_for()
     for name in lineage.MEMBERS[1:]:
         size = lineage.matched_size(name, settings, vocab_size=4096)
         _, non_embedding = lineage.count_parameters(lineage.build(name, settings, size, 4096))
         tolerance = 0.03 if name == "ssm" else 0.02  # Mamba: whole layers x expansion factors
-        assert abs(non_embedding - settings["target"]) <= tolerance * settings["target"], (name, size, non_embedding)
+        assert abs(non_embedding - settings.target) <= tolerance * settings.target, (name, size, non_embedding)
 
 
 def test_bad_arguments_are_refused(tmp_path):
@@ -163,7 +164,7 @@ def test_seeds_give_the_mean_and_spread_of_the_test_score(study):
 def test_a_flops_budget_gives_each_member_the_steps_its_flops_per_token_allow(study):
     _, result = study
     s = lineage.SETTINGS["quick"]
-    per_step = s["batch_size"] * s["block_size"]
+    per_step = s.batch_size * s.block_size
     for r in neural(result):
         assert r["flops_per_token"] > 0
         assert r["train_tokens"] == math.ceil(FLOPS / (r["flops_per_token"] * per_step)) * per_step, r["name"]
@@ -199,21 +200,24 @@ def test_the_same_command_again_reuses_the_finished_runs(study, capsys):
 
 def test_a_run_saved_before_a_recipe_key_existed_is_reused_and_a_changed_one_is_not(study, tmp_path):
     """finished_run reads the saved recipe through the loader: a key missing from it (added to hf-seq after the run)
-    means its default, so the run is reused; a setting that differs means a different run."""
-    from hf_seq.experiments.study import finished_run
+    means its default, so the run is reused, read back as a RunResult; a setting that differs means a different run."""
     from hf_seq.recipes import load_recipe
+    from hf_seq.runs import finished_run
 
     out, _ = study
     folder = shutil.copytree(out / "gpt-6000-seed0", tmp_path / "run")
     saved = json.loads((folder / "recipe.json").read_text())
-    recipe = load_recipe(saved)
-    older = json.loads(json.dumps(saved))
+    recipe = load_recipe(saved, [f"training.output_dir={folder}"])
+    older = json.loads(json.dumps(recipe.to_dict()))
     del older["training"]["generation_length_penalty"], older["training"]["generation_max_length_a"]
     (folder / "recipe.json").write_text(json.dumps(older))
-    assert finished_run(folder, recipe) == json.loads((folder / "metrics.json").read_text())
+    metrics = json.loads((folder / "metrics.json").read_text())
+    reused = finished_run(recipe)
+    assert reused.summary == {k: v for k, v in metrics.items() if k != "evaluations"}
+    assert reused.evaluations == metrics["evaluations"] and reused.model.config.model_type == "hf_seq_gpt"
     older["training"]["learning_rate"] *= 2
     (folder / "recipe.json").write_text(json.dumps(older))
-    assert finished_run(folder, recipe) is None
+    assert finished_run(recipe) is None
 
 
 def test_the_power_law_fit_recovers_a_known_frontier_and_inverts_it():
@@ -293,7 +297,7 @@ def test_a_frontier_whose_floor_is_above_the_margin_says_no_compute_reaches_it()
 def test_a_seconds_budget_turns_dropout_on_when_the_measured_speed_passes_an_epoch():
     """Under a seconds budget the steps are not known in advance: the member's measured step time says whether the
     budget will pass an epoch of the corpus (and so whether dropout is on by default); other budgets never time."""
-    from hf_seq.experiments.study import plan_steps
+    from hf_seq.experiments.study import Options, StudyRun, plan_steps
 
     def never() -> float:
         raise AssertionError("a token budget needs no timing")
@@ -301,9 +305,52 @@ def test_a_seconds_budget_turns_dropout_on_when_the_measured_speed_passes_an_epo
     assert plan_steps({"seconds": 10.0}, 0, 1, 100, 50_000, lambda: 0.01) == (None, True)  # 1,000 steps: 2 epochs
     assert plan_steps({"seconds": 10.0}, 0, 1, 100, 50_000, lambda: 0.5) == (None, False)  # 20 steps
     assert plan_steps({"tokens": 200_000}, 0, 1, 100, 50_000, never) == (2000, True)
-    s = lineage.SETTINGS["quick"]
-    per_step = s["batch_size"] * s["block_size"]
+    s = lineage.LINEAGE.settings_for(quick=True)
+    data = types.SimpleNamespace(
+        prepared=types.SimpleNamespace(tokenizer=range(320)), tokens_per_step=s.batch_size * s.block_size,
+        train_tokens=10_000,
+    )  # fmt: skip
     long, short = (
-        lineage.plan_member("gpt", s, 6000, 320, per_step, 10_000, {"seconds": seconds}) for seconds in (1e6, 1e-6)
+        StudyRun(lineage.LINEAGE, s, data, {"seconds": seconds}, Options(), Path("."), print).plan(
+            lineage.LINEAGE.row("gpt"), 6000
+        )
+        for seconds in (1e6, 1e-6)
     )
-    assert long["past_epoch"] and long["steps"] is None and not short["past_epoch"]
+    assert long.past_epoch and long.steps is None and not short.past_epoch
+
+
+def test_a_member_added_as_one_row_trains_in_the_quick_lineage(tmp_path, monkeypatch, capsys):
+    """A new member is one `Member` row: its name, title, family, config function and knobs. The command's help
+    and choices come from the rows, `--set` reaches its knobs, and it is trained and scored like the others."""
+    from hf_seq.cli import main
+    from hf_seq.experiments.study import Member
+
+    row = Member("deep-lstm", "LSTM, three layers", "rnn", lineage._recurrent("lstm"), {"layers": 3}, {"layers": 2},
+                 help="a deeper LSTM")  # fmt: skip
+    monkeypatch.setattr(lineage.LanguageModels, "rows", (*lineage.ROWS, row))
+    with pytest.raises(SystemExit):
+        main(["lineage", "--help"])
+    assert "deep-lstm (a deeper LSTM)" in capsys.readouterr().out.replace("\n" + " " * 24, " ")
+    main(["lineage", "--quick", "--members", "ngram,deep-lstm", "--set", "deep-lstm.layers=1", "--set", "width=12",
+          "--output-dir", str(tmp_path)])  # fmt: skip
+    result = json.loads((tmp_path / "lineage.json").read_text())
+    record = next(r for r in result["members"] if r["name"] == "deep-lstm")
+    assert record["config"]["num_hidden_layers"] == 1 and record["config"]["embedding_size"] == 12
+    assert result["settings"]["knobs"]["deep-lstm"] == {"layers": 1} and result["settings"]["width"] == 12
+    assert (tmp_path / "deep-lstm" / "model.safetensors").exists() and record["test_bits_per_byte"] is None
+    assert "LSTM, three layers" in (tmp_path / "lineage.md").read_text()
+    assert lineage.LINEAGE.order[-1] == "deep-lstm"  # last in the lectures' order, as in the table
+
+
+def test_set_names_a_wrong_setting_or_knob_in_one_line(tmp_path, capsys):
+    from hf_seq.cli import main
+
+    for argument, message in (
+        ("widht=3", "--set widht: not a setting of the language_model lineage"),
+        ("gru.layerz=3", "--set gru.layerz: gru has no knob 'layerz'; its knobs: ['layers']"),
+        ("width=abc", "'--set width': expected int, got 'abc'"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["lineage", "--quick", "--set", argument, "--output-dir", str(tmp_path)])
+        error = capsys.readouterr().err
+        assert error.startswith("hf-seq: error: ") and message in error and error.count("\n") == 1, error

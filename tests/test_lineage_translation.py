@@ -81,8 +81,8 @@ def test_the_members_differ_where_the_lectures_say(gettext_run):
 def test_the_report_has_a_row_per_member_the_order_and_the_pictures(gettext_run):
     out, result = gettext_run
     table = (out / "lineage.md").read_text()
-    for name, row in lt.ROWS.items():
-        assert sum(line.startswith(f"| {row.title} |") for line in table.splitlines()) == 1, name
+    for row in lt.ROWS:
+        assert sum(line.startswith(f"| {row.title} |") for line in table.splitlines()) == 1, row.name
     assert "Lectures' order, worst first: sutskever < cho < bahdanau ~ luong < transformer." in table
     assert (out / "bleu_by_length.png").stat().st_size > 10_000
     for name in lt.MEMBERS:
@@ -181,10 +181,10 @@ def test_default_sizes_match_and_the_flops_count_splits_encoder_and_decoder():
     from hf_seq.compute import model_flops_per_token, seq2seq_flops_per_token
     from hf_seq.experiments.study import count_parameters
 
-    s = lt.SETTINGS["default"]
+    s = lt.LINEAGE.settings_for()
     for name in lt.MEMBERS:
         model = lt.build(name, s, lt.matched_size(name, s, 4000), 4000)
-        assert abs(count_parameters(model)[1] - s["target"]) <= 0.02 * s["target"], name
+        assert abs(count_parameters(model)[1] - s.target) <= 0.02 * s.target, name
         if name != "transformer":  # no attention term: a pair of S = T tokens costs 6 N (S + T) / 2 per token
             assert seq2seq_flops_per_token(model, 10, 10) == pytest.approx(model_flops_per_token(model, 10) / 2)
             # the decoder (with the output layer over 4000 tokens) outweighs the encoder: longer targets cost more

@@ -22,22 +22,20 @@ with the same optimizer, schedule, batch and block size, with dropout only once 
 tuned, when asked, on the same trials.
 """
 
-import json
-import math
-import os
-import statistics
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from hf_seq.compute import model_flops_per_token
 from hf_seq.experiments import study
-from hf_seq.experiments.study import (
-    Member,
-    count_parameters,
-    save_log_plot,
-    summarize,
-    trial_grid,
+from hf_seq.experiments.lineage_report import (  # noqa: F401  (budget_estimate, margin_lines: their old import path)
+    budget_estimate,
+    margin_lines,
+    measured_margin,
+    plot_compute,
+    plot_curves,
+    write_language_model_report,
 )
+from hf_seq.experiments.ngram_member import fit_ngram, with_prefix
+from hf_seq.experiments.study import Member, Options, Settings, StudyData, count_parameters, trial_grid
 from hf_seq.hub import public_name
 
 # Mamba's sizes, smallest first: (layers, expansion). Sizing its state N instead (the scan's cost grows with N) made
@@ -46,64 +44,40 @@ MAMBA_SHAPES = sorted(
     ((layers, expand) for layers in range(1, 33) for expand in (1, 2, 3, 4)), key=lambda s: (s[0] * s[1], s[0])
 )
 
-# `width`: the embedding width shared by every neural member; `target`: their non-embedding parameters.
+
+@dataclass
+class LanguageModelSettings(Settings):
+    """`width`: the embedding width shared by every neural member; `target`: their non-embedding parameters."""
+
+    max_chars: int | None = None  # characters of the corpus read
+    curve_blocks: int = 48  # validation blocks the periodic evaluations (the learning curves) score
+    sample_tokens: int = 40
+
+
 SETTINGS = {
-    "default": dict(
-        vocab_size=4096,
-        max_chars=3_000_000,
-        block_size=128,
-        batch_size=16,
-        width=128,
-        target=400_000,
-        rnn_layers=2,
-        gpt_layers=2,
-        window_context=8,
-        conv_layers=4,  # dilations 1, 2, 4, 8: a receptive field of 16 tokens
-        ngram_order=5,
-        learning_rate=2e-3,
-        warmup_steps=20,
+    "default": LanguageModelSettings(
+        vocab_size=4096, max_chars=3_000_000, block_size=128, batch_size=16, width=128, target=400_000,
+        learning_rate=2e-3, warmup_steps=20, eval_every=40, curve_blocks=48, sample_tokens=40,
         budget_tokens=2**20,  # 512 steps of 16 x 128 tokens: 12 minutes for all members on 2 idle cores (measured)
-        eval_every=40,
-        curve_blocks=48,
-        sample_tokens=40,
     ),
-    "quick": dict(
-        vocab_size=320,
-        max_chars=120_000,
-        block_size=32,
-        batch_size=8,
-        width=16,
-        target=6_000,
-        rnn_layers=1,
-        gpt_layers=1,
-        window_context=3,
-        conv_layers=4,
-        ngram_order=3,
-        learning_rate=3e-3,
-        warmup_steps=2,
-        budget_tokens=8 * 32 * 12,
-        eval_every=4,
-        curve_blocks=8,
-        sample_tokens=8,
+    "quick": LanguageModelSettings(
+        vocab_size=320, max_chars=120_000, block_size=32, batch_size=8, width=16, target=6_000, learning_rate=3e-3,
+        warmup_steps=2, eval_every=4, curve_blocks=8, sample_tokens=8, budget_tokens=8 * 32 * 12,
     ),
-}
+}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- the members
-def _window(s: dict, size: int, dropout: float) -> dict:
+def _window(s, size: int, dropout: float, context: int) -> dict:
     """y = b + U P tanh(d + H x): h = size hidden units, U tied to C through P."""
-    model = dict(
-        context_size=s["window_context"], embedding_size=s["width"], hidden_size=size, tie_word_embeddings=True
-    )
+    model = dict(context_size=context, embedding_size=s.width, hidden_size=size, tie_word_embeddings=True)
     return model | dict(embedding_dropout=dropout, hidden_dropout=dropout)
 
 
 def _recurrent(cell_type: str):
-    def config(s: dict, size: int, dropout: float) -> dict:
+    def config(s, size: int, dropout: float, layers: int) -> dict:
         dropouts = dict(embedding_dropout=dropout, hidden_dropout=dropout, output_dropout=dropout)
-        model = dict(
-            cell_type=cell_type, embedding_size=s["width"], hidden_size=size, num_hidden_layers=s["rnn_layers"]
-        )
+        model = dict(cell_type=cell_type, embedding_size=s.width, hidden_size=size, num_hidden_layers=layers)
         # At the family's default N(0, 0.05) the tied embeddings feed the recurrence inputs so small that the Elman
         # network sat on the unigram plateau for 240 steps of this budget (measured); N(0, 0.3) left it by step 40.
         return model | dropouts | dict(initializer_range=0.3)
@@ -111,614 +85,201 @@ def _recurrent(cell_type: str):
     return config
 
 
-def _gpt(s: dict, size: int, dropout: float) -> dict:
+def _gpt(s, size: int, dropout: float, layers: int) -> dict:
     """The width is the model width; the feed-forward width is what is sized."""
     return dict(
-        hidden_size=s["width"],
-        num_attention_heads=max(1, s["width"] // 32),
-        num_hidden_layers=s["gpt_layers"],
+        hidden_size=s.width,
+        num_attention_heads=max(1, s.width // 32),
+        num_hidden_layers=layers,
         intermediate_size=size,
-        max_position_embeddings=s["block_size"],
+        max_position_embeddings=s.block_size,
         embedding_dropout=dropout,
         attention_dropout=0.0,
         hidden_dropout=dropout,
     )
 
 
-def _conv(s: dict, size: int, dropout: float) -> dict:
-    """WaveNet: residual channels = the width; the skip channels are what is sized."""
-    return dict(
-        hidden_size=s["width"],
-        kernel_size=2,
-        dilation_cycle=s["conv_layers"],
-        num_blocks=1,
-        skip_channels=size,
-        tie_word_embeddings=True,
-        dropout=dropout,
-    )
+def _conv(s, size: int, dropout: float, layers: int) -> dict:
+    """WaveNet: residual channels = the width; the skip channels are what is sized; dilations 1, 2, 4, ... over
+    `layers` layers."""
+    return dict(hidden_size=s.width, kernel_size=2, dilation_cycle=layers, num_blocks=1, skip_channels=size,
+                tie_word_embeddings=True, dropout=dropout)  # fmt: skip
 
 
-def _ssm(s: dict, size: int, dropout: float) -> dict:
+def _ssm(s, size: int, dropout: float) -> dict:
     """Mamba blocks of the width at the paper's state size N = 16: depth x expansion is sized."""
     layers, expand = MAMBA_SHAPES[min(size, len(MAMBA_SHAPES)) - 1]
-    model = dict(ssm_type="mamba", hidden_size=s["width"], num_hidden_layers=layers, expand=expand, state_size=16)
+    model = dict(ssm_type="mamba", hidden_size=s.width, num_hidden_layers=layers, expand=expand, state_size=16)
     return model | dict(hidden_dropout=dropout)
 
 
+RNN_LAYERS = dict(knobs={"layers": 2}, quick={"layers": 1})
 # The members in the lectures' order, worst to best (the next chapter's SSM last: Gu and Dao 2023). Each neural
-# member's config is a function of the settings, its size parameter and dropout, which it puts on the connections
-# its family regularises (never inside the recurrence or on attention weights).
-ROWS = {
-    row.name: row
-    for row in (
-        Member("ngram", "5-gram, interpolated Kneser-Ney", None),
-        Member("window", "fixed-window MLP (Bengio et al. 2003)", "window", _window),
-        Member("conv", "WaveNet, dilated causal convolutions", "conv", _conv),
-        Member("elman", "Elman RNN (tanh)", "rnn", _recurrent("elman")),
-        Member("gru", "GRU", "rnn", _recurrent("gru")),
-        Member("lstm", "LSTM", "rnn", _recurrent("lstm")),
-        Member("gpt", "GPT (Transformer decoder)", "gpt", _gpt),
-        Member("ssm", "Mamba, selective state space", "ssm", _ssm),
-    )
-}
-MEMBERS = tuple(ROWS)
-LECTURE_ORDER = MEMBERS
-TITLES = {name: row.title for name, row in ROWS.items()}
+# member's config is a function of the settings, its size parameter, dropout and its knobs; dropout goes on the
+# connections its family regularises (never inside the recurrence or on attention weights).
+ROWS = (
+    Member("ngram", "5-gram, interpolated Kneser-Ney", None, knobs={"order": 5}, quick={"order": 3},
+           help="n-gram counts, Kneser-Ney smoothed (Shannon 1948)"),
+    Member("window", "fixed-window MLP (Bengio et al. 2003)", "window", _window, {"context": 8}, {"context": 3},
+           help="the fixed-window neural LM"),
+    Member("conv", "WaveNet, dilated causal convolutions", "conv", _conv, {"layers": 4},
+           help="WaveNet's dilated causal convolutions"),
+    Member("elman", "Elman RNN (tanh)", "rnn", _recurrent("elman"), **RNN_LAYERS, help="Elman's recurrent network"),
+    Member("gru", "GRU", "rnn", _recurrent("gru"), **RNN_LAYERS, help="the gated recurrent unit"),
+    Member("lstm", "LSTM", "rnn", _recurrent("lstm"), **RNN_LAYERS, help="long short-term memory"),
+    Member("gpt", "GPT (Transformer decoder)", "gpt", _gpt, {"layers": 2}, {"layers": 1},
+           help="the Transformer decoder"),
+    Member("ssm", "Mamba, selective state space", "ssm", _ssm, help="Mamba's selective state space"),
+)  # fmt: skip
 
 
-def member_model(name: str, s: dict, size: int, dropout: float = 0.0) -> tuple[str, dict]:
-    """(family, config keys) of a neural member whose free size parameter is `size`."""
-    if name not in ROWS or ROWS[name].family is None:
-        raise ValueError(f"unknown lineage member {name!r}; allowed values: {list(MEMBERS[1:])}.")
-    return ROWS[name].family, ROWS[name].config(s, size, dropout)
+@dataclass
+class LanguageModelData(StudyData):
+    train_stream: object = None  # the training tokens, in order (the n-gram counts them)
+    held_out: dict = None  # "validation" and "test" (None without a test split): encoded blocks
+    byte_lengths: object = None  # bytes per token id, for bits per byte
+    prompt: list = None  # the samples' shared prompt: the start of the first validation block
+    names: dict = None  # how the reports name the corpus's validation and test splits
 
 
-def build(name: str, s: dict, size: int, vocab_size: int, device: str = "meta"):
-    """The member, on the meta device by default: shapes only, counting needs no memory and no initialisation."""
-    import torch
+class LanguageModels(study.Study):
+    name, title, rows, settings = "language_model", "lineage study", ROWS, SETTINGS
+    auto_class, default_corpus, own_options = "AutoModelForCausalLM", "stdlib", ("max_chars",)
+    files = "lineage.md, lineage.json and the plots (curves, scaling, compute)"
+    trial_keys = ("eval_loss", "eval_bits_per_byte", "steps")
+    curve_keys = ("step", "tokens", "seconds", "eval_bits_per_byte")
 
-    from hf_seq.registry import family
+    def prepare(self, s, options: Options, output_dir: Path) -> LanguageModelData:
+        """One tokenizer, one split, one held-out set for everybody."""
+        import numpy as np
 
-    fam_name, keys = member_model(name, s, size)
-    fam = family(fam_name)
-    config = fam.config_class(vocab_size=vocab_size, **keys)
-    with torch.device(device):
-        return fam.model_class("AutoModelForCausalLM")(config)
+        from hf_seq.evaluation import token_byte_lengths
+        from hf_seq.recipes import load_recipe
+
+        if options.max_chars is not None:
+            s.max_chars = options.max_chars
+        corpus = options.corpus or self.default_corpus
+        splits = {k: v for k, v in dict(validation=options.validation, test=options.test).items() if v}
+        data = dict(dataset=corpus, block_size=s.block_size, max_chars=s.max_chars, **splits)
+        tree = {"family": "gpt", "task": "causal_lm", "tokenizer": {"vocab_size": s.vocab_size}, "data": data}
+        recipe = load_recipe(tree | {"training": {"output_dir": str(output_dir / "tokenizer-run"), "log_with": "none"}})
+        prepared, tokenizer_dir = study.shared_data(recipe, output_dir)
+        train_stream = np.asarray(prepared.train["input_ids"], dtype=np.int64).reshape(-1)
+        held_out = {"validation": prepared.held_out["eval"], "test": prepared.held_out.get("test")}
+        names = {
+            "validation": public_name(options.validation) if options.validation else "held out from the training text",
+            "test": public_name(options.test) if options.test else "none",
+        }
+        options.progress and print(
+            f"lineage: {len(train_stream):,} training tokens, {len(held_out['validation'])} validation blocks"
+            + (f", {len(held_out['test'])} test blocks" if held_out["test"] is not None else "")
+            + f", vocab {len(prepared.tokenizer)}"
+        )
+        return LanguageModelData(
+            prepared, recipe, tokenizer_dir, public_name(corpus), len(train_stream), s.batch_size * s.block_size,
+            s.curve_blocks, train_stream, held_out, token_byte_lengths(prepared.tokenizer),
+            list(held_out["validation"][0]["input_ids"])[: max(4, s.block_size // 8)], names,
+        )  # fmt: skip
+
+    def metric(self, data) -> str:
+        return "test_bits_per_byte" if data.held_out["test"] is not None else "validation_bits_per_byte"
+
+    def flops(self, model, data, s) -> float:
+        from hf_seq.compute import model_flops_per_token
+
+        return model_flops_per_token(model, s.block_size)
+
+    def step_batch(self, data, s, vocab_size: int) -> dict:
+        import torch
+
+        tokens = torch.randint(vocab_size, (s.batch_size, s.block_size), generator=torch.Generator().manual_seed(0))
+        return {"input_ids": tokens, "labels": tokens}
+
+    def score(self, row, run, plan, data, s) -> dict:
+        """The selected weights scored once on the whole validation and test splits, and a sample."""
+        from hf_seq.evaluation import evaluate_language_model
+
+        tokenizer, record = data.prepared.tokenizer, {}
+        collator = data.prepared.task.collator(data.recipe, tokenizer, run.model)
+        for split, blocks in data.held_out.items():
+            if blocks is None:
+                record |= {f"{split}_loss": None, f"{split}_perplexity": None, f"{split}_bits_per_byte": None}
+                continue
+            metrics = evaluate_language_model(
+                run.model, blocks, collator, s.batch_size, run.device, data.byte_lengths, shift_labels=True
+            )
+            record |= with_prefix(metrics, split)
+            if split == "validation":
+                record |= {k: metrics[k] for k in ("eval_loss", "eval_perplexity", "eval_bits_per_byte")}
+                record |= {"eval_tokens": metrics["eval_tokens"], "eval_bytes": metrics["eval_bytes"]}
+        record["sample"] = tokenizer.decode(sample_neural(run.model, data.prompt, s, tokenizer.eos_token_id))
+        return record | {"prompt_text": tokenizer.decode(data.prompt)}
+
+    def fit_fixed(self, row, data, s, given, output_dir) -> dict:
+        """The n-gram: counting is deterministic, so one fit serves every size (and has no seeds); a token budget
+        holds for the counts too, under a FLOPs or seconds budget they see every token."""
+        tokens = s.budget_tokens if "tokens" in given or not given else None
+        return fit_ngram(data, s, s.knobs[row.name]["order"], tokens, output_dir / row.name)
+
+    def scored_line(self, record: dict, metric: str) -> str:
+        return f"{record[metric]:.4f} {metric.replace('_', ' ')}"
+
+    def describe(self, data, s, records) -> dict:
+        return {
+            "validation": data.names["validation"],
+            "test": data.names["test"],
+            "vocab_size": len(data.prepared.tokenizer),
+            "block_size": s.block_size,
+            "width": s.width,
+            "train_tokens": data.train_tokens,
+            "eval_tokens": records[0]["eval_tokens"] if records else 0,
+            "eval_bytes": records[0]["eval_bytes"] if records else 0,
+            "prompt": data.prepared.tokenizer.decode(data.prompt),
+        }
+
+    def report(self, result, data, output_dir, title) -> None:
+        estimate = budget_estimate(result["members"], data.tokens_per_step)
+        result["margin"] = measured_margin(result["members"], result["sizes"][-1])
+        result["estimate"] = estimate
+        plot_curves(study.largest_records(result), output_dir / "learning_curves.png", title)
+        if estimate is not None:
+            plot_compute(result["members"], estimate, output_dir / "compute.png", title)
+        write_language_model_report(result, output_dir, self.order)
 
 
-def matched_size(name: str, s: dict, vocab_size: int, target: int | None = None) -> int:
-    """The size parameter whose non-embedding count is closest to `target` (default: the settings')."""
-    count = lambda size: count_parameters(build(name, s, size, vocab_size))[1]
-    return study.matched_size(count, target or s["target"], 256 * s["width"])
+LINEAGE = LanguageModels()
+MEMBERS = LINEAGE.members
+LECTURE_ORDER = LINEAGE.order
+TITLES = {row.name: row.title for row in ROWS}
 
 
-# ---------------------------------------------------------------------------------------------- data and scoring
-def base_recipe(
-    s: dict, corpus, output_dir: Path, tokenizer_path: str | None = None, splits: dict | None = None
-) -> dict:
-    """The recipe every member shares: the corpus, its held-out files (`splits`: validation, test), the tokenizer."""
-    data = dict(dataset=corpus, block_size=s["block_size"], max_chars=s["max_chars"], **(splits or {}))
-    return {
-        "family": "gpt",
-        "task": "causal_lm",
-        "model": {},
-        "tokenizer": {"vocab_size": s["vocab_size"], **({"path": tokenizer_path} if tokenizer_path else {})},
-        "data": data,
-        "training": {"output_dir": str(output_dir), "log_with": "none"},
-    }
+def run(**options) -> dict:
+    """`hf-seq lineage`: train and score every member at every size and seed (`study.Options` names the options);
+    write lineage.md, lineage.json, learning_curves.png (scaling.png for several sizes, compute.png with the fitted
+    frontier) and the member folders into `output_dir`. Returns what lineage.json holds."""
+    return LINEAGE.run(Options(**options))
 
 
-def score_ngram(lm, blocks, byte_lengths) -> dict:
-    """The n-gram's figures on the held-out blocks, scored as the neural models are: every token of a block after
-    its first, given at most order-1 tokens before it inside the block."""
-    import numpy as np
-
-    from hf_seq.evaluation import lm_metrics
-
-    nll = sum(float(lm.token_nll(block).sum()) for block in blocks)
-    tokens = sum(len(block) - 1 for block in blocks)
-    num_bytes = sum(int(byte_lengths[np.asarray(block[1:])].sum()) for block in blocks)
-    return lm_metrics(nll, tokens, num_bytes)
+def build(name: str, s, size: int, vocab_size: int, device: str = "meta"):
+    """The member `name`, on the meta device by default: shapes only."""
+    return study.build(LINEAGE.row(name), s, size, vocab_size, LINEAGE.auto_class, device)
 
 
-def train_ngram(s, train_stream, held_out_blocks, byte_lengths, vocab_size, budget_tokens, folder: Path) -> dict:
-    """Fit on the first `budget_tokens` training tokens (all of them without a token budget); the learning curve
-    refits on growing prefixes, which costs seconds, and ends with the whole training text when the budget is
-    shorter (what the networks would be up against with more compute: `budget_estimate`)."""
-    from hf_seq.ngram import KneserNeyLM
-
-    available = len(train_stream) if budget_tokens is None else min(budget_tokens, len(train_stream))
-    curve = []
-    prefixes = [max(s["ngram_order"], int(available * f)) for f in (1 / 64, 1 / 16, 1 / 4, 1)]
-    for n in prefixes + ([len(train_stream)] if available < len(train_stream) else []):
-        blocks = held_out_blocks[: s["curve_blocks"]]
-        metrics = score_ngram(KneserNeyLM(vocab_size, s["ngram_order"]).fit(train_stream[:n]), blocks, byte_lengths)
-        curve.append({"tokens": n} | metrics)
-    start = time.perf_counter()
-    lm = KneserNeyLM(vocab_size, s["ngram_order"]).fit(train_stream[:available])
-    seconds = time.perf_counter() - start
-    params = sum(int((table["count"] > 0).sum()) for table in lm.orders[1:])
-    folder.mkdir(parents=True, exist_ok=True)
-    return {"model": lm, "train_tokens": available, "seconds": seconds, "params": params, "curve": curve}
+def matched_size(name: str, s, vocab_size: int, target: int | None = None) -> int:
+    """The size parameter of `name` whose non-embedding count is closest to `target` (default: the settings')."""
+    return study.matched_size_of(LINEAGE.row(name), s, vocab_size, LINEAGE.auto_class, target)
 
 
-def write_ngram_card(folder: Path, record: dict, corpus: str) -> None:
-    """The n-gram member's card; `corpus` as the reports name it (`public_name`: a file name, not a local path)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = [
-        f"# {record['title']}",
-        "",
-        f"An interpolated Kneser-Ney {record['order']}-gram model over the lineage's BPE token ids (`hf_seq.ngram`),",
-        f"fit on {record['train_tokens']:,} training tokens of `{corpus}` in {record['seconds']:.1f} s.",
-        "It stores no weights: its 'parameters' are its "
-        f"{record['params']:,} distinct n-gram counts. Scored like the neural members:",
-        "",
-        "| held-out bits per byte | perplexity | NLL (nats / token) | scored tokens | bytes |",
-        "|---|---|---|---|---|",
-        f"| {record['eval_bits_per_byte']:.4f} | {record['eval_perplexity']:.2f} | {record['eval_loss']:.4f} | "
-        f"{record['eval_tokens']:,} | {record['eval_bytes']:,} |",
-        "",
-    ]
-    (folder / "README.md").write_text("\n".join(lines))
-
-
+# ---------------------------------------------------------------------------------------------- the networks
 def sample_neural(model, prompt, s, eos_token_id) -> list[int]:
+    """Plain ancestral sampling from the shared prompt, as the n-gram samples: what each model believes."""
     import torch
 
     torch.manual_seed(0)
     with torch.no_grad():
-        out = model.generate(
-            torch.tensor([prompt]),
-            max_new_tokens=s["sample_tokens"],
-            do_sample=True,
-            top_k=0,  # plain ancestral sampling, as the n-gram samples: what each model believes
-            top_p=1.0,
-            pad_token_id=eos_token_id,
-        )
+        out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=s.sample_tokens,
+                             do_sample=True, top_k=0, top_p=1.0, pad_token_id=eos_token_id)  # fmt: skip
     return out[0, len(prompt) :].tolist()
 
 
-# ---------------------------------------------------------------------------------------------- report
-def plot_curves(records: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for record in records:
-        points = [(c["tokens"], c["eval_bits_per_byte"]) for c in record["curve"] if c["tokens"] > 0]
-        if not points:
-            continue
-        style = "s--" if record["name"] == "ngram" else "o-"
-        ax.plot(*zip(*points), style, ms=3, lw=1.5, label=record["title"])
-    save_log_plot(fig, ax, "training tokens", "held-out bits per byte (validation)", title, path)
-
-
-# The literature's margin on corpora of about a million words: on Penn Treebank, Zaremba et al. (2014)'s medium LSTM
-# with dropout is 42% below a 5-gram Kneser-Ney model in perplexity (82 against 141); the report says what compute
-# the networks would need to be this far below the n-gram.
-NGRAM_MARGIN = 0.25
-
-
-def budget_estimate(records: list[dict], tokens_per_step: int) -> dict | None:
-    """Where the networks would be NGRAM_MARGIN below the n-gram in per-token perplexity, on the curves' validation
-    blocks. Per member, every finished run is a point (training FLOPs, its best validation bits per byte): the seed-0
-    run at each size and every tuning trial (a full schedule at a quarter of the budget). The lower envelope of the
-    points, the best result for each compute (Hoffmann et al. 2022's first approach), is fitted as L = E + A C^-alpha;
-    the member that gets to the target with the least compute wins, with the hours that takes at the FLOPs per second
-    its largest run trained at (both None where the fit's floor lies above the target). None without an n-gram or
-    four points on some member's envelope."""
-    ngram = next((r for r in records if r["name"] == "ngram"), None)
-    if ngram is None or not ngram["curve"]:
-        return None
-    last = ngram["curve"][-1]  # the n-gram on the whole training text, scored on the curves' blocks
-    target = last["eval_bits_per_byte"] + math.log2(1 - NGRAM_MARGIN) * last["eval_tokens"] / last["eval_bytes"]
-    estimates = []
-    for name in dict.fromkeys(r["name"] for r in records if r["name"] != "ngram"):
-        runs = [r for r in records if r["name"] == name and r["seed"] == 0]
-        points = [
-            (r["train_tokens"] * r["flops_per_token"], min(c["eval_bits_per_byte"] for c in r["curve"])) for r in runs
-        ]
-        points += [
-            (t["steps"] * tokens_per_step * r["flops_per_token"], t["eval_bits_per_byte"])
-            for r in runs
-            for t in r["trials"]
-        ]
-        frontier = study.lower_envelope(points)
-        fit = study.fit_power_law(frontier)
-        if fit is None:
-            continue
-        largest = max(runs, key=lambda r: r["flops_per_token"])
-        flops = study.power_law_reaches(fit, target)
-        flops = None if math.isinf(flops) else flops
-        rate = largest["tokens_per_second"] * largest["flops_per_token"]
-        estimates.append(
-            {"name": name, "title": runs[0]["title"], "fit": fit, "frontier": frontier, "flops": flops,
-             "flops_per_second": rate, "hours": flops and flops / rate / 3600, "reached": frontier[-1][1] <= target}
-        )  # fmt: skip
-    if not estimates:
-        return None
-    best = min(estimates, key=lambda e: (math.inf if e["flops"] is None else e["flops"], e["frontier"][-1][1]))
-    members = [{k: e[k] for k in ("name", "title", "fit", "flops", "hours", "flops_per_second")} for e in estimates]
-    return (
-        {"ngram_bits_per_byte": last["eval_bits_per_byte"], "target_bits_per_byte": target}
-        | best
-        | {"members": members}
-    )
-
-
-def measured_margin(records: list[dict], target: int) -> dict | None:
-    """The best network at size `target` against the n-gram in test (else validation) perplexity, seeds averaged."""
-    split = "test" if all(r.get("test_perplexity") for r in records) else "validation"
-    ngram = next((r for r in records if r["name"] == "ngram"), None)
-    networks = [r for r in records if r["name"] != "ngram" and r["target"] == target]
-    if ngram is None or not networks:
-        return None
-    means = {}
-    for r in networks:
-        means.setdefault(r["name"], []).append(r[f"{split}_perplexity"])
-    name = min(means, key=lambda n: statistics.mean(means[n]))
-    perplexity = statistics.mean(means[name])
-    margin = 1 - perplexity / ngram[f"{split}_perplexity"]
-    return {
-        "split": split,
-        "name": name,
-        "perplexity": perplexity,
-        "ngram": ngram[f"{split}_perplexity"],
-        "margin": margin,
-    }
-
-
-def plot_compute(records: list[dict], estimate: dict, path: Path, title: str) -> None:
-    """Validation bits per byte against training FLOPs: every member's curves (seed 0, one line per size), the
-    n-gram, the margin's line, and the envelope and fitted frontier of the member the estimate names."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    colours = {}
-    for r in (r for r in records if r["name"] != "ngram" and r["seed"] == 0):
-        points = [(c["tokens"] * r["flops_per_token"], c["eval_bits_per_byte"]) for c in r["curve"] if c["tokens"]]
-        label = None if r["name"] in colours else r["title"]  # one legend entry per member, whatever its sizes
-        colour = colours.setdefault(r["name"], f"C{len(colours)}")
-        ax.plot(*zip(*points), "-", color=colour, lw=1, alpha=0.7, label=label)
-    ax.axhline(estimate["ngram_bits_per_byte"], ls="--", color="gray", label="n-gram (Kneser-Ney)")
-    ax.axhline(
-        estimate["target_bits_per_byte"], ls=":", color="black", label=f"{NGRAM_MARGIN:.0%} below it in perplexity"
-    )
-    fit, frontier = estimate["fit"], estimate["frontier"]
-    end = min(estimate["flops"] or math.inf, 1e4 * frontier[-1][0])
-    xs = [frontier[0][0] * (end / frontier[0][0]) ** (k / 80) for k in range(81)]
-    ax.plot(*zip(*frontier), "ko", ms=4, label=f"{estimate['title']}: best run per compute")
-    ax.plot(
-        xs, [fit["floor"] + fit["scale"] * x ** -fit["alpha"] for x in xs], "k-.", lw=1, label="its fitted frontier"
-    )
-    save_log_plot(fig, ax, "training FLOPs", "held-out bits per byte (validation)", title, path)
-
-
-def margin_lines(result: dict) -> list[str]:
-    """The report's section on the networks against the n-gram: the measured margin, and the compute the fitted
-    frontier says the literature's margin takes."""
-    margin, estimate = result.get("margin"), result.get("estimate")
-    if margin is None:
-        return []
-    title = TITLES[margin["name"]]
-    lines = [
-        f"## How far from the literature's margin ({NGRAM_MARGIN:.0%} below the n-gram in perplexity)",
-        "",
-        f"Measured: the best network at {result['sizes'][-1]:,} non-embedding parameters ({title}) has "
-        f"{margin['split']} perplexity {margin['perplexity']:.1f} against the n-gram's {margin['ngram']:.1f}: "
-        + (f"{margin['margin']:.0%} below it." if margin["margin"] >= 0 else f"{-margin['margin']:.0%} above it."),
-        "",
-    ]
-    if estimate is None:
-        return lines
-    fit = estimate["fit"]
-    law = f"L = {fit['floor']:.3f} + {fit['scale']:.3g} C^-{fit['alpha']:.3f}"
-    head = (
-        f"Extrapolated: on the curves' validation blocks the target is {estimate['target_bits_per_byte']:.3f} bits per "
-        f"byte (the n-gram on the whole training text: {estimate['ngram_bits_per_byte']:.3f}). The "
-        f"{estimate['title']}'s compute frontier (its "
-        f"best run at each training compute C: every size and tuning trial, seed 0) fits {law}"
-    )
-    if estimate["reached"]:
-        lines.append(f"{head}, and its curves already reach the target.")
-    elif estimate["flops"] is None:
-        lines.append(
-            f"{head}, whose floor lies above the target: more compute alone does not get there at this size of corpus."
-        )
-    else:
-        largest = estimate["frontier"][-1][0]
-        lines.append(
-            f"{head}: it reaches the target at about {estimate['flops']:.1e} training FLOPs, "
-            f"{estimate['flops'] / largest:,.0f} times this run's largest, {estimate['hours']:,.1f} hours at the "
-            f"{estimate['flops_per_second'] / 1e9:.1f} GFLOP/s its largest run trained at. An extrapolation: it "
-            "assumes the frontier keeps its shape, and past an epoch the corpus repeats (more dropout, not only more "
-            "compute, is what the literature's runs used)."
-        )
-    lines += [
-        "",
-        "| member | fitted E | A | alpha | FLOPs to the target | hours at its speed |",
-        "|---|---|---|---|---|---|",
-    ]
-    for e in estimate.get("members", []):
-        fit, reach = e["fit"], "not reached (floor above it)" if e["flops"] is None else f"{e['flops']:.1e}"
-        hours = "n/a" if e["hours"] is None else f"{e['hours']:,.1f}"
-        lines.append(
-            f"| {e['title']} | {fit['floor']:.3f} | {fit['scale']:.3g} | {fit['alpha']:.3f} | {reach} | {hours} |"
-        )
-    return lines + ["", "![compute](compute.png)", ""]
-
-
-def write_report(result: dict, output_dir: Path) -> None:
-    records, metric = result["members"], result["metric"]
-    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
-    lines = [
-        "# The lineage: n-gram, fixed window, WaveNet, Elman, GRU, LSTM, GPT, Mamba",
-        "",
-        f"Corpus `{result['corpus']}` (validation: {result['validation']}; test: {result['test']}), one byte-level BPE "
-        f"tokenizer of {result['vocab_size']:,} tokens, blocks of {result['block_size']} tokens, "
-        f"{result['train_tokens']:,} training tokens; budget: {result['budget']}. Neural members: embedding width "
-        f"{result['width']}, tied embeddings, non-embedding parameters matched per size; the weights kept are the "
-        f"evaluation with the lowest validation loss. Tuning: {result['tuning']}. Seeds: {result['seeds']}. "
-        f"Machine: {result['machine']}.",
-        "",
-        f"Ranked by **{metric.replace('_', ' ')}** ({'the test split, scored once, with the selected weights' if metric.startswith('test') else 'no test split was given'}).",
-        "",
-    ]
-    summary = summarize(records, metric)
-    for target in result["sizes"]:
-        rows = [r for r in summary if r["target"] == target]
-        lines += [
-            f"## Non-embedding parameters {target:,}",
-            "",
-            "| member | params | non-embedding | FLOPs / token | lr | dropout | best step | epochs | validation bpb | "
-            "test bpb | test perplexity | seconds |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in (r for r in records if r["target"] == target):
-            seed = "" if result["seeds"] == 1 or r["name"] == "ngram" else f" (seed {r['seed']})"
-            lines.append(
-                f"| {r['title']}{seed} | {r['params']:,} | "
-                f"{fmt(r['non_embedding_params'], ',')} | {fmt(r['flops_per_token'], ',')} | "
-                f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {fmt(r['best_step'], 'd')} | "
-                f"{fmt(r['epochs'], '.2f')} | {r['validation_bits_per_byte']:.3f} | "
-                f"{fmt(r['test_bits_per_byte'], '.3f')} | {fmt(r['test_perplexity'], '.1f')} | {r['seconds']:.0f} |"
-            )
-        lines += study.ordering_lines(rows, LECTURE_ORDER, result["seeds"])
-    lines += [
-        "The n-gram's parameters are its distinct stored n-grams (it has no embedding and no FLOPs figure), its seconds "
-        "the counting; it is fit once and the same for every size and seed. FLOPs per token: 6 x the parameters a "
-        "token multiplies with (+ 12 L d s for attention; hf_seq.compute.model_flops_per_token). Epochs: training "
-        "tokens seen / training tokens in the corpus. Every trial is in lineage.json.",
-        "",
-        "![learning curves](learning_curves.png)",
-        "",
-        f"The curves (the first seed of the largest size) are scored on the first {result['settings']['curve_blocks']} "
-        "validation blocks, every member on the same blocks.",
-        "",
-    ]
-    if len(result["sizes"]) > 1:
-        lines += ["![scaling](scaling.png)", ""]
-    lines += margin_lines(result)
-    lines += [f"## Samples (prompt: `{result['prompt']!r}`, ancestral sampling, seed 0)", ""]
-    for r in records:
-        if r["seed"] == 0 and r["target"] == result["sizes"][-1]:
-            lines += [f"**{r['title']}**", "", "```", r["prompt_text"] + r["sample"], "```", ""]
-    (output_dir / "lineage.md").write_text("\n".join(lines))
-
-
-# ---------------------------------------------------------------------------------------------- the run
-def run(
-    quick: bool = False,
-    output_dir="lineage",
-    corpus="stdlib",
-    validation=None,
-    test=None,
-    budget_tokens: int | None = None,
-    budget_seconds: float | None = None,
-    budget_flops: float | None = None,
-    members=MEMBERS,
-    sizes=None,
-    seeds: int = 1,
-    tune: int = 0,
-    threads: int | None = None,
-    max_chars: int | None = None,
-    progress: bool = True,
-) -> dict:
-    """Train and score every member at every size and seed; write lineage.md, lineage.json, learning_curves.png
-    (and scaling.png for several sizes) and the member folders into `output_dir`. Returns what lineage.json holds."""
-    import numpy as np
-
-    from hf_seq.evaluation import token_byte_lengths
-    from hf_seq.recipes import load_recipe
-
-    s = dict(SETTINGS["quick" if quick else "default"])
-    budgets = dict(tokens=budget_tokens, seconds=budget_seconds, flops=budget_flops)
-    given, sizes = study.check_arguments(members, MEMBERS, budgets, seeds, tune, sizes, s["target"], "language_model")
-    if given:
-        s["budget_tokens"] = budget_tokens
-    if max_chars is not None:
-        s["max_chars"] = max_chars
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    say = print if progress else (lambda *a, **k: None)
-    corpus_name = public_name(corpus)  # the reports name a local corpus by its file name, as `hf-seq push` does
-    splits = {k: v for k, v in dict(validation=validation, test=test).items() if v}
-
-    # one tokenizer, one split, one held-out set for everybody
-    recipe = load_recipe(base_recipe(s, corpus, output_dir / "tokenizer-run", splits=splits))
-    prepared, tokenizer_dir = study.shared_data(recipe, output_dir)
-    tokenizer = prepared.tokenizer
-    vocab_size = len(tokenizer)
-    train_stream = np.asarray(prepared.train["input_ids"], dtype=np.int64).reshape(-1)
-    held_out = {"validation": prepared.held_out["eval"], "test": prepared.held_out.get("test")}
-    validation_blocks = [list(b) for b in held_out["validation"]["input_ids"]]
-    byte_lengths = token_byte_lengths(tokenizer)
-    prompt = validation_blocks[0][: max(4, s["block_size"] // 8)]
-    tokens_per_step = s["batch_size"] * s["block_size"]
-    metric = "test_bits_per_byte" if held_out["test"] is not None else "validation_bits_per_byte"
-    context = dict(s=s, prepared=prepared, held_out=held_out, byte_lengths=byte_lengths, prompt=prompt)
-    context |= dict(tokenizer_dir=tokenizer_dir, corpus=corpus, splits=splits, threads=threads, progress=progress)
-    context["recipe"] = recipe
-    say(
-        f"lineage: {len(train_stream):,} training tokens, {len(validation_blocks)} validation blocks"
-        + (f", {len(held_out['test'])} test blocks" if held_out["test"] is not None else "")
-        + f", vocab {vocab_size}"
-    )
-
-    ngram = {}
-
-    def fixed(name, target):
-        """The n-gram: counting is deterministic, so one fit serves every size (and has no seeds); a token budget
-        holds for the counts too, under a FLOPs or seconds budget they see every token."""
-        if name != "ngram":
-            return None
-        if not ngram:
-            tokens = s["budget_tokens"] if "tokens" in given or not given else None
-            ngram.update(fit_ngram(context, train_stream, vocab_size, tokens, output_dir / "ngram"))
-        return dict(ngram)
-
-    def plan(name, target):
-        return plan_member(name, s, target, vocab_size, tokens_per_step, len(train_stream), given)
-
-    def train(name, plan_, settings, seed, folder, steps, seconds, score=False):
-        record = train_member(context, name, plan_, settings, seed, folder, steps, seconds, score)
-        if score:
-            say(f"lineage: {name}: {record[metric]:.4f} {metric.replace('_', ' ')}")
-        return record
-
-    records = study.train_all(members, sizes, seeds, tune, s, budget_seconds, output_dir, plan, train, fixed, say)
-
-    budget = study.budget_text(given, s["budget_tokens"])
-    result = {
-        "corpus": corpus_name,
-        "validation": public_name(validation) if validation else "held out from the training text",
-        "test": public_name(test) if test else "none",
-        "quick": quick,
-        "vocab_size": vocab_size,
-        "block_size": s["block_size"],
-        "width": s["width"],
-        "train_tokens": len(train_stream),
-        "eval_tokens": records[0]["eval_tokens"] if records else 0,
-        "eval_bytes": records[0]["eval_bytes"] if records else 0,
-        "prompt": tokenizer.decode(prompt),
-    }
-    result |= study.result_fields(given, budgets, s, tune, seeds, sizes, metric, load_before, records, budget)
-    estimate = budget_estimate(records, tokens_per_step)
-    result["margin"] = measured_margin(records, sizes[-1])
-    result["estimate"] = estimate
-    largest = study.write_results(result, output_dir, f"{corpus_name}, {budget}")
-    plot_curves(largest, output_dir / "learning_curves.png", f"{corpus_name}, {budget}")
-    if estimate is not None:
-        plot_compute(records, estimate, output_dir / "compute.png", f"{corpus_name}, {budget}")
-    write_report(result, output_dir)
-    return result
-
-
-def plan_member(name, s, target, vocab_size, tokens_per_step, corpus_tokens, given) -> dict:
-    """A member's size parameter, shapes (on the meta device), FLOPs per token and steps under the budget."""
-    size = matched_size(name, s, vocab_size, target)
-    model = build(name, s, size, vocab_size)
-    params, non_embedding = count_parameters(model)
-    flops = model_flops_per_token(model, s["block_size"])
-
-    def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
-        import torch
-
-        tokens = torch.randint(
-            vocab_size, (s["batch_size"], s["block_size"]), generator=torch.Generator().manual_seed(0)
-        )
-        return study.seconds_per_step(build(name, s, size, vocab_size, "cpu"), {"input_ids": tokens, "labels": tokens})
-
-    steps, past_epoch = study.plan_steps(given, s["budget_tokens"], flops, tokens_per_step, corpus_tokens, step_time)
-    return dict(size=size, params=params, non_embedding=non_embedding, flops=flops, steps=steps, past_epoch=past_epoch)
-
-
-def fit_ngram(context, train_stream, vocab_size, budget_tokens, folder: Path) -> dict:
-    s, prepared = context["s"], context["prepared"]
-    validation_blocks = [list(b) for b in context["held_out"]["validation"]["input_ids"]]
-    got = train_ngram(s, train_stream, validation_blocks, context["byte_lengths"], vocab_size, budget_tokens, folder)
-    record = {"name": "ngram", "title": f"{s['ngram_order']}-gram, interpolated Kneser-Ney"}
-    record |= {"order": s["ngram_order"], "params": got["params"], "non_embedding_params": None}
-    record |= {"flops_per_token": None, "learning_rate": None, "dropout": None, "best_step": None, "epochs": None}
-    record |= {"train_tokens": got["train_tokens"], "seconds": got["seconds"], "curve": got["curve"], "trials": []}
-    scored = score_ngram(got["model"], validation_blocks, context["byte_lengths"])
-    record |= with_prefix(scored, "validation") | {
-        "eval_tokens": scored["eval_tokens"],
-        "eval_bytes": scored["eval_bytes"],
-    }
-    record |= {k: scored[k] for k in ("eval_loss", "eval_perplexity", "eval_bits_per_byte")}
-    if context["held_out"]["test"] is not None:
-        test_blocks = [list(b) for b in context["held_out"]["test"]["input_ids"]]
-        record |= with_prefix(score_ngram(got["model"], test_blocks, context["byte_lengths"]), "test")
-    else:
-        record |= {"test_bits_per_byte": None, "test_perplexity": None, "test_loss": None}
-    record["tokens_per_second"] = record["train_tokens"] / max(record["seconds"], 1e-9)
-    eos = prepared.tokenizer.eos_token_id
-    record["sample"] = prepared.tokenizer.decode(
-        got["model"].generate(context["prompt"], s["sample_tokens"], seed=0, eos_token_id=eos)
-    )
-    record["prompt_text"] = prepared.tokenizer.decode(context["prompt"])
-    write_ngram_card(folder, record, public_name(context["corpus"]))
-    return record
-
-
-def with_prefix(metrics: dict, prefix: str) -> dict:
-    """`eval_loss` ... as `validation_loss` / `test_loss` ...: the record's names for each split."""
-    return {f"{prefix}_{k}": metrics[f"eval_{k}"] for k in ("loss", "perplexity", "bits_per_byte")}
-
-
-def train_member(context, name, plan, settings, seed, folder, steps, seconds, score=False) -> dict:
-    """One training run of a neural member through `hf_seq.training.run`, selecting the best validation evaluation;
-    with `score`, the selected weights are scored on the whole validation and test splits once."""
-    from transformers import AutoModelForCausalLM
-
-    from hf_seq.evaluation import evaluate_language_model
-
-    s, prepared = context["s"], context["prepared"]
-    family_name, model_keys = member_model(name, s, plan["size"], settings["dropout"])
-    # the test split is not given to training: it is scored once, below, with the selected weights
-    validation = {k: v for k, v in context["splits"].items() if k == "validation"}
-    member_recipe = base_recipe(s, context["corpus"], folder, str(context["tokenizer_dir"]), validation)
-    member_recipe |= {"family": family_name, "model": model_keys}
-    member_recipe["data"]["eval_examples"] = s["curve_blocks"]
-    member_recipe["training"] |= study.member_training(s, context, settings, seed, steps, seconds, select_by="loss")
-    member_recipe["card"] = {"description": f"The {TITLES[name]} member of the hf-seq lineage study."}
-    recipe, summary = study.train_or_reuse(member_recipe, folder, context["progress"])
-    got = {k: summary[k] for k in ("eval_loss", "eval_bits_per_byte", "steps")}
-    if not score:
-        return got
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    params, non_embedding = count_parameters(model)
-    record = {"name": name, "title": TITLES[name], "family": family_name, "config": model_keys}
-    record |= {"params": params, "non_embedding_params": non_embedding, "flops_per_token": plan["flops"]}
-    record |= settings | {"best_step": summary.get("best_step"), "epochs": summary.get("epochs")}
-    record |= {"train_tokens": summary["tokens"], "seconds": summary["seconds"]}
-    record["tokens_per_second"] = summary["tokens"] / max(summary["seconds"], 1e-9)
-    curve = json.loads((folder / "metrics.json").read_text())["evaluations"]
-    record["curve"] = [{k: c[k] for k in ("step", "tokens", "seconds", "eval_bits_per_byte")} for c in curve]
-    collator = prepared.task.collator(context["recipe"], prepared.tokenizer, model)
-    for split, blocks in context["held_out"].items():
-        if blocks is None:
-            record |= {f"{split}_loss": None, f"{split}_perplexity": None, f"{split}_bits_per_byte": None}
-            continue
-        metrics = evaluate_language_model(
-            model, blocks, collator, s["batch_size"], "cpu", context["byte_lengths"], shift_labels=True
-        )
-        record |= with_prefix(metrics, split)
-        if split == "validation":
-            record |= {k: metrics[k] for k in ("eval_loss", "eval_perplexity", "eval_bits_per_byte")}
-            record |= {"eval_tokens": metrics["eval_tokens"], "eval_bytes": metrics["eval_bytes"]}
-    record["sample"] = prepared.tokenizer.decode(
-        sample_neural(model, context["prompt"], s, prepared.tokenizer.eos_token_id)
-    )
-    record["prompt_text"] = prepared.tokenizer.decode(context["prompt"])
-    return record
-
-
-__all__ = ["MEMBERS", "count_parameters", "matched_size", "run", "trial_grid"]
+__all__ = ["LINEAGE", "MEMBERS", "ROWS", "SETTINGS", "count_parameters", "matched_size", "run", "trial_grid"]

@@ -1,16 +1,28 @@
-"""The study runner both lineages share (the language models in `lineage.py`, the translation models in
-`lineage_translation.py`): a table of member rows, and one loop over sizes x members x tuning trials x seeds under one
-budget, with parameter-matched sizes, reuse of finished runs, the seeds' summary and the ordering statement against the
-lectures' order. A study gives the loop three functions (plan a member at a size, train it, and, for a member that is
-not trained, such as the n-gram, its record) and says what its report holds.
+"""The study runner: a study (the language-model lineage in `lineage.py`, the translation lineage in
+`lineage_translation.py`) is a table of member rows, its settings and a few hooks; this file owns the flow both
+share. One loop over sizes x members x tuning trials x seeds under one budget (tokens, seconds or FLOPs), with
+parameter-matched sizes, one data preparation for every member, reuse of finished runs, the seeds' summary and the
+ordering statement against the lectures' order.
+
+Adding a member is one `Member` row in its study's table: its name, title, family, config function and knobs. The
+command line's `--members` help and choices come from the rows.
+
+A study's hooks, each a method of its `Study` subclass:
+- `prepare(s, options, output_dir)`: the data every member shares (`StudyData`), prepared once;
+- `flops(model, data, s)` and `step_batch(data, s, vocab_size)`: a member's FLOPs per token and a batch to time a step;
+- `member_recipe(data, s, row, plan, score)`: the recipe keys its members add to the shared ones;
+- `score(row, run, plan, data, s)`: the figures of a trained member (`run` is its `RunResult`);
+- `fit_fixed(row, data, s, given, output_dir)`: the record of a member that is not trained (the n-gram);
+- `describe(data, s, records)` and `report(result, data, output_dir, title)`: lineage.json's fields and lineage.md.
 """
 
+import dataclasses
 import json
 import math
 import os
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_seq.errors import InvalidValueError
@@ -22,14 +34,404 @@ DROPOUT_PAST_AN_EPOCH = 0.1
 
 @dataclass(frozen=True)
 class Member:
-    """One row of a lineage: its name on the command line, its title in the reports, its family (None for a member
-    that is not a neural model) and `config(settings, size, dropout)`, the family's config keys of the member whose
-    free size parameter is `size` (the one `matched_size` searches)."""
+    """One row of a study: its name on the command line, its title in the reports, its family (None for a member
+    that is not a neural model, fitted by the study's `fit_fixed`), `config(s, size, dropout, **knobs)`, the family's
+    config keys of the member whose free size parameter is `size` (the one `matched_size` searches), its own knobs
+    (`quick`: their values under --quick), the line `--members` shows, and whether the lectures rank it level with
+    the row before it (Bahdanau's and Luong's scores)."""
 
     name: str
     title: str
     family: str | None
-    config: Callable[[dict, int, float], dict] | None = None
+    config: Callable[..., dict] | None = None
+    knobs: dict = field(default_factory=dict)
+    quick: dict = field(default_factory=dict)
+    help: str = ""
+    level_with_previous: bool = False
+
+    def knobs_for(self, mode: str) -> dict:
+        return self.knobs | (self.quick if mode == "quick" else {})
+
+    def model_keys(self, s, size: int, dropout: float = 0.0) -> dict:
+        """The family's config keys at `size`, with the knobs of the settings `s` (else the row's defaults)."""
+        return self.config(s, size, dropout, **(self.knobs | s.knobs.get(self.name, {})))
+
+
+@dataclass
+class Settings:
+    """What every member of a study shares (a study's settings subclass this): the tokenizer's vocabulary, the block
+    (or longest pair side) in tokens, the batch, the embedding width, the non-embedding parameters of a member, the
+    optimizer's peak rate and warm-up, the evaluations' interval and the default token budget. `knobs`: each
+    member's own settings, from its row."""
+
+    vocab_size: int
+    block_size: int
+    batch_size: int
+    width: int
+    target: int
+    learning_rate: float
+    warmup_steps: int
+    eval_every: int
+    budget_tokens: int | None
+    knobs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Options:
+    """A study's command line (`hf-seq lineage`): the mode, the corpus and its held-out files, one budget, the members,
+    sizes, seeds and tuning trials, and `set`: KEY=VALUE overrides of the settings (`width=256`) and of a member's
+    knobs (`gru.layers=3`), read as recipe values are. The last four are one study's own options."""
+
+    quick: bool = False
+    output_dir: str | Path = "lineage"
+    corpus: str | list | None = None  # None: the study's default corpus
+    validation: str | None = None
+    test: str | None = None
+    budget_tokens: int | None = None
+    budget_seconds: float | None = None
+    budget_flops: float | None = None
+    members: tuple | None = None  # None: every member
+    sizes: list | None = None  # None: the settings' target
+    seeds: int = 1
+    tune: int = 0
+    threads: int | None = None
+    progress: bool = True
+    set: tuple = ()
+    max_chars: int | None = None  # language models: characters of the corpus to read
+    source_column: str | None = None  # translation: the pair's columns, and the gettext catalogs' language
+    target_column: str | None = None
+    target_language: str | None = None
+
+    @property
+    def budgets(self) -> dict:
+        return dict(tokens=self.budget_tokens, seconds=self.budget_seconds, flops=self.budget_flops)
+
+
+@dataclass
+class StudyData:
+    """The data every member shares, prepared once (a study's data subclass this): `prepared` holds the training
+    split, the whole validation split and the test split; `recipe` is the shared recipe it was prepared from; a token
+    is what the budget counts (`tokens_per_step` of them a step)."""
+
+    prepared: object
+    recipe: object
+    tokenizer_dir: Path
+    corpus_name: str
+    train_tokens: int
+    tokens_per_step: int
+    eval_examples: int  # the validation examples the runs' periodic evaluations score
+
+
+@dataclass
+class Plan:
+    """A member at a size: its size parameter, parameter counts, FLOPs per token and steps under the budget (None: a
+    seconds budget leaves them to the run), and whether it will pass an epoch (dropout on by default)."""
+
+    size: int
+    params: int
+    non_embedding: int
+    flops: float
+    steps: int | None
+    past_epoch: bool
+
+
+class Study:
+    """A study's table and hooks (see the module's docstring); `run(options)` is the whole study."""
+
+    name: str  # `hf-seq lineage --task NAME`
+    rows: tuple[Member, ...]
+    settings: dict  # "default" and "quick": Settings
+    auto_class: str
+    title: str  # in each member's card: "the {title}"
+    default_corpus: str
+    size_limit: int = 256  # the largest size parameter matched_size tries, in embedding widths
+    own_options: tuple[str, ...] = ()  # the Options fields only this study takes
+    files: str = ""  # what it writes, said at the end of the command
+    higher_is_better: bool = False
+    budget_unit: str = "training tokens"
+    trial_keys: tuple[str, ...] = ("eval_loss", "steps")  # what a tuning trial's record keeps of its run
+    curve_keys: tuple[str, ...] = ("step", "seconds", "eval_loss")  # what the curves keep of each evaluation
+
+    # ---------------------------------------------------------------------------------------- the table
+    @property
+    def members(self) -> tuple[str, ...]:
+        return tuple(row.name for row in self.rows)
+
+    @property
+    def order(self) -> tuple:
+        """The lectures' order, worst first; a tuple in it is a group the lectures do not rank."""
+        groups = []
+        for row in self.rows:
+            if row.level_with_previous and groups:
+                groups[-1] = (*(groups[-1] if isinstance(groups[-1], tuple) else (groups[-1],)), row.name)
+            else:
+                groups.append(row.name)
+        return tuple(groups)
+
+    def row(self, name: str) -> Member:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise InvalidValueError(f"lineage: unknown member {name!r} for --task {self.name}; allowed values: "
+                                f"{list(self.members)}.")  # fmt: skip
+
+    def settings_for(self, quick: bool = False, overrides=()):
+        """The settings of a mode with `overrides` (KEY=VALUE, `MEMBER.KNOB=VALUE`) applied and type-checked as recipe
+        values are: a wrong key or type is a one-line error naming it."""
+        from hf_seq.recipes import build_section, parse_overrides
+
+        mode = "quick" if quick else "default"
+        base = self.settings[mode]
+        tree = {k: v for k, v in dataclasses.asdict(base).items() if k != "knobs"}
+        tree["knobs"] = {row.name: row.knobs_for(mode) for row in self.rows if row.knobs}
+        for key, value in parse_overrides(overrides, "--set", "width=256 or gru.layers=3").items():
+            if isinstance(value, dict) and key in self.members:
+                self._set_knobs(tree["knobs"], key, value)
+            elif key in tree and key != "knobs":
+                tree[key] = value
+            else:
+                settings = sorted(k for k in tree if k != "knobs")
+                raise InvalidValueError(
+                    f"--set {key}: not a setting of the {self.name} lineage; its settings: {settings}, and a "
+                    "member's knobs as MEMBER.KNOB"
+                )
+        return build_section(type(base), tree, "--set ")
+
+    def _set_knobs(self, knobs: dict, member: str, values: dict) -> None:
+        from hf_seq.recipes import check_value
+
+        own = knobs.get(member, {})
+        for knob, value in values.items():
+            if knob not in own:
+                raise InvalidValueError(
+                    f"--set {member}.{knob}: {member} has no knob {knob!r}; its knobs: {sorted(own)}"
+                )
+            own[knob] = check_value(f"{member}.{knob}", value, type(own[knob]))
+
+    # ---------------------------------------------------------------------------------------- hooks
+    def prepare(self, s, options: Options, output_dir: Path) -> StudyData:
+        raise NotImplementedError
+
+    def metric(self, data: StudyData) -> str:
+        raise NotImplementedError
+
+    def flops(self, model, data: StudyData, s) -> float:
+        raise NotImplementedError
+
+    def step_batch(self, data: StudyData, s, vocab_size: int) -> dict:
+        raise NotImplementedError
+
+    def member_recipe(self, data: StudyData, s, row: Member, plan: Plan, score: bool) -> dict:
+        return {}
+
+    def score(self, row: Member, run, plan: Plan, data: StudyData, s) -> dict:
+        raise NotImplementedError
+
+    def fit_fixed(self, row: Member, data: StudyData, s, given: dict, output_dir: Path) -> dict:
+        raise NotImplementedError(f"{row.name} has no family and {type(self).__name__} fits no fixed member")
+
+    def describe(self, data: StudyData, s, records: list[dict]) -> dict:
+        return {}
+
+    def report(self, result: dict, data: StudyData, output_dir: Path, title: str) -> None:
+        raise NotImplementedError
+
+    def scored_line(self, record: dict, metric: str) -> str:
+        return f"{record[metric]:.4f} {metric.replace('_', ' ')}"
+
+    # ---------------------------------------------------------------------------------------- the flow
+    def run(self, options: Options) -> dict:
+        """Train and score every member at every size and seed; write lineage.json, lineage.md, the plots and the
+        member folders into the output folder. Returns what lineage.json holds."""
+        s = self.settings_for(options.quick, options.set)
+        members = tuple(options.members or self.members)
+        given, sizes = check_arguments(members, self.members, options.budgets, options.seeds, options.tune,
+                                       options.sizes, s.target, self.name)  # fmt: skip
+        output_dir = Path(options.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        say = print if options.progress else (lambda *a, **k: None)
+        data = self.prepare(s, options, output_dir)
+        if "tokens" in given:
+            s.budget_tokens = given["tokens"]
+        loop = StudyRun(self, s, data, given, options, output_dir, say)
+        records = loop.train_all(members, sizes)
+        budget = budget_text(given, s.budget_tokens, self.budget_unit)
+        metric = self.metric(data)
+        result = {"task": self.name, "corpus": data.corpus_name, "quick": options.quick}
+        result |= self.describe(data, s, records)
+        result |= {
+            "budget": budget,
+            "budget_tokens": s.budget_tokens if "tokens" in given or not given else None,
+            "budget_seconds": options.budget_seconds,
+            "budget_flops": options.budget_flops,
+            "tuning": f"{options.tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
+            if options.tune
+            else "none (the defaults)",
+            "seeds": options.seeds,
+            "sizes": sizes,
+            "metric": metric,
+            "machine": machine(load_before),
+            "settings": dataclasses.asdict(s),
+            "members": records,
+            "summary": summarize(records, metric),
+        }
+        self.report(result, data, output_dir, f"{data.corpus_name}, {budget}")
+        (output_dir / "lineage.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+        if len(sizes) > 1:
+            plot_scaling(result["summary"], metric, output_dir / "scaling.png", f"{data.corpus_name}, {budget}")
+        return result
+
+
+def shared_data(recipe, output_dir: Path):
+    """The study's data prepared once, with one tokenizer trained on its training split and saved in
+    `output_dir/tokenizer`, from where every member's recipe names it: (the prepared data, that folder)."""
+    from hf_seq import tasks
+
+    folder = output_dir / "tokenizer"
+    prepared = tasks.prepare(recipe, tokenizer_folder=folder)
+    if not (folder / "tokenizer.json").exists():
+        prepared.tokenizer.save_pretrained(folder)
+    return prepared, folder
+
+
+def largest_records(result: dict) -> list[dict]:
+    """The records of the first seed at the largest size: what the curves and pictures show."""
+    return [r for r in result["members"] if r["target"] == result["sizes"][-1] and r["seed"] == 0]
+
+
+def member_data(shared, cap: int | None):
+    """The study's data as one member's run sees it: the validation split cut to its first `cap` examples (what the
+    periodic evaluations score) and no test split (the study scores it once, with the selected weights). The same
+    data `tasks.prepare` gives the member's recipe, without reading and encoding it again."""
+    eval_set, rows = shared.held_out["eval"], shared.held_out_rows.get("eval")
+    notes = {k: v for k, v in shared.notes.items() if not k.startswith(("test_", "eval_examples"))}
+    if cap is not None and cap < len(eval_set):
+        notes["eval_examples_total"] = len(eval_set)
+        eval_set, rows = eval_set.select(range(cap)), rows.select(range(cap)) if rows is not None else None
+    notes["eval_examples"] = len(eval_set)
+    return dataclasses.replace(shared, held_out={"eval": eval_set}, held_out_rows={"eval": rows}, notes=notes)
+
+
+class StudyRun:
+    """One study's run: plans, trains and scores its members."""
+
+    def __init__(self, study: Study, s, data: StudyData, given: dict, options: Options, output_dir: Path, say):
+        self.study, self.s, self.data, self.given, self.options = study, s, data, given, options
+        self.output_dir, self.say = output_dir, say
+        self.fixed = {}  # a member that is not trained is fitted once, whatever the sizes and seeds
+
+    def train_all(self, members, sizes) -> list[dict]:
+        """Every member at every size: `tune` trials at TUNE_FRACTION of the budget (the lowest validation loss
+        wins), then one scored run per seed with the chosen settings."""
+        options, records = self.options, []
+        for target in sizes:
+            for name in members:
+                row = self.study.row(name)
+                if row.family is None:
+                    if name not in self.fixed:
+                        self.fixed[name] = self.study.fit_fixed(row, self.data, self.s, self.given, self.output_dir)
+                    records.append(dict(self.fixed[name]) | {"target": target, "seed": 0})
+                    continue
+                plan = self.plan(row, target)
+                trials, chosen = self.tune(row, plan, target)
+                for seed in range(options.seeds):
+                    single = len(sizes) == 1 and options.seeds == 1
+                    folder = self.output_dir / (name if single else f"{name}-{target}-seed{seed}")
+                    self.say(f"lineage: training {name} (size {target:,}, seed {seed}, {chosen})")
+                    record = self.train(row, plan, chosen, seed, folder, plan.steps, options.budget_seconds, True)
+                    self.say(f"lineage: {name}: {self.study.scored_line(record, self.study.metric(self.data))}")
+                    records.append(record | {"target": target, "seed": seed, "trials": trials})
+        return records
+
+    def tune(self, row: Member, plan: Plan, target: int) -> tuple[list[dict], dict]:
+        """(the trials, the settings chosen): the defaults without tuning."""
+        chosen = {"learning_rate": self.s.learning_rate, "dropout": default_dropout(plan.past_epoch)}
+        trials, seconds = [], self.options.budget_seconds
+        for k, trial in enumerate(trial_grid(self.options.tune, self.s, plan.past_epoch)):
+            folder = self.output_dir / "trials" / f"{row.name}-{target}-{k}"
+            steps = max(1, math.ceil(plan.steps * TUNE_FRACTION)) if plan.steps else None
+            got = self.train(row, plan, trial, 0, folder, steps, seconds and seconds * TUNE_FRACTION, False)
+            trials.append(trial | got)
+            self.say(f"lineage: {row.name} trial {k}: {trial} -> validation loss {got['eval_loss']:.4f}")
+        if trials:
+            best = min(trials, key=lambda t: t["eval_loss"])
+            chosen = {k: best[k] for k in ("learning_rate", "dropout")}
+        return trials, chosen
+
+    def build(self, row: Member, size: int, device: str = "meta"):
+        return build(row, self.s, size, len(self.data.prepared.tokenizer), self.study.auto_class, device)
+
+    def plan(self, row: Member, target: int) -> Plan:
+        """The member's size parameter, shapes (on the meta device), FLOPs per token and steps under the budget."""
+        vocab_size = len(self.data.prepared.tokenizer)
+        size = matched_size_of(row, self.s, vocab_size, self.study.auto_class, target, self.study.size_limit)
+        params, non_embedding = count_parameters(self.build(row, size))
+        flops = self.study.flops(self.build(row, size), self.data, self.s)
+
+        def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
+            return seconds_per_step(self.build(row, size, "cpu"), self.study.step_batch(self.data, self.s, vocab_size))
+
+        steps, past_epoch = plan_steps(self.given, self.s.budget_tokens, flops, self.data.tokens_per_step,
+                                       self.data.train_tokens, step_time)  # fmt: skip
+        return Plan(size, params, non_embedding, flops, steps, past_epoch)
+
+    def train(self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool):
+        """One training run through `hf_seq.training.run` (or a finished run of the very same recipe, reused): a
+        tuning trial reports its `trial_keys`; a final run (`score`) is scored by the study."""
+        from hf_seq.recipes import load_recipe
+        from hf_seq.runs import finished_run
+        from hf_seq.training import run
+
+        s, data = self.s, self.data
+        tree = json.loads(json.dumps(data.recipe.to_dict()))  # the shared recipe, without its test split
+        tree["data"].pop("test", None)
+        tree["data"]["eval_examples"] = data.eval_examples
+        tree["tokenizer"]["path"] = str(data.tokenizer_dir)
+        tree |= {"family": row.family, "model": row.model_keys(s, plan.size, settings["dropout"])}
+        tree["training"] |= {"output_dir": str(folder), "log_with": "none", "max_steps": steps, "max_seconds": seconds}
+        tree["training"] |= {"threads": self.options.threads, "seed": seed, "batch_size": s.batch_size}
+        tree["training"] |= {"learning_rate": settings["learning_rate"], "warmup_steps": s.warmup_steps}
+        tree["training"] |= {"eval_every": s.eval_every, "save_every": 10**9, "select_by": "loss"}
+        tree["card"] = {"description": f"The {row.title} member of the hf-seq {self.study.title}."}
+        for section, keys in self.study.member_recipe(data, s, row, plan, score).items():
+            tree[section] |= keys
+        recipe = load_recipe(tree)
+        result = finished_run(recipe)
+        if result is None:
+            result = run(recipe, progress=self.options.progress, overwrite=True,
+                         prepared=member_data(data.prepared, data.eval_examples))  # fmt: skip
+        elif self.options.progress:
+            print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
+        summary = result.summary
+        if not score:
+            return {k: summary[k] for k in self.study.trial_keys}
+        record = {"name": row.name, "title": row.title, "family": row.family, "config": recipe.model}
+        record |= {"params": plan.params, "non_embedding_params": plan.non_embedding, "flops_per_token": plan.flops}
+        record |= settings | {"best_step": summary.get("best_step"), "epochs": summary.get("epochs")}
+        record |= {"steps": summary["steps"], "train_tokens": summary["steps"] * data.tokens_per_step}
+        record |= {"seconds": summary["seconds"]}
+        record["tokens_per_second"] = record["train_tokens"] / max(summary["seconds"], 1e-9)
+        record["curve"] = [{k: c.get(k) for k in self.study.curve_keys} for c in result.evaluations]
+        return record | self.study.score(row, result, plan, data, s)
+
+
+def build(row: Member, s, size: int, vocab_size: int, auto_class: str, device: str = "meta"):
+    """The member, on the meta device by default: shapes only, counting needs no memory and no initialisation."""
+    import torch
+
+    from hf_seq.registry import family
+
+    fam = family(row.family)
+    config = fam.config_class(vocab_size=vocab_size, **row.model_keys(s, size))
+    with torch.device(device):
+        return fam.model_class(auto_class)(config)
+
+
+def matched_size_of(row: Member, s, vocab_size: int, auto_class: str, target: int | None = None, limit=256) -> int:
+    """The member's size parameter whose non-embedding count is closest to `target` (default: the settings')."""
+    count = lambda size: count_parameters(build(row, s, size, vocab_size, auto_class))[1]
+    return matched_size(count, target or s.target, limit * s.width)
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -73,49 +475,6 @@ def machine(load_before: float) -> str:
         f"{os.cpu_count()} CPU cores, torch {torch.__version__}, 1-min load {load_before:.2f} before and "
         f"{load_after:.2f} after"
     )
-
-
-def shared_data(recipe, output_dir: Path):
-    """The study's data prepared once, with one tokenizer trained on its training split and saved in
-    `output_dir/tokenizer`, from where every member loads it: (the prepared data, that folder)."""
-    from hf_seq import tasks
-
-    folder = output_dir / "tokenizer"
-    prepared = tasks.prepare(recipe, tokenizer_folder=folder)
-    if not (folder / "tokenizer.json").exists():
-        prepared.tokenizer.save_pretrained(folder)
-    return prepared, folder
-
-
-def result_fields(given: dict, budgets: dict, s: dict, tune: int, seeds: int, sizes: list, metric: str,
-                  load_before: float, records: list[dict], budget: str) -> dict:  # fmt: skip
-    """What every study's lineage.json records of how it ran: the budget, the tuning, seeds and sizes, the ranking
-    metric, the machine, the settings, the records and their summary over the seeds."""
-    return {
-        "budget": budget,
-        "budget_tokens": s["budget_tokens"] if "tokens" in given or not given else None,
-        "budget_seconds": budgets["seconds"],
-        "budget_flops": budgets["flops"],
-        "tuning": f"{tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
-        if tune
-        else "none (the defaults)",
-        "seeds": seeds,
-        "sizes": sizes,
-        "metric": metric,
-        "machine": machine(load_before),
-        "settings": s,
-        "members": records,
-        "summary": summarize(records, metric),
-    }
-
-
-def write_results(result: dict, output_dir: Path, title: str) -> list[dict]:
-    """lineage.json, and scaling.png for several sizes; returns the records of the first seed at the largest size,
-    which the curves and pictures show."""
-    (output_dir / "lineage.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
-    if len(result["sizes"]) > 1:
-        plot_scaling(result["summary"], result["metric"], output_dir / "scaling.png", title)
-    return [r for r in result["members"] if r["target"] == result["sizes"][-1] and r["seed"] == 0]
 
 
 # ---------------------------------------------------------------------------------------------- sizes and budgets
@@ -189,7 +548,7 @@ def seconds_per_step(model, batch: dict, repeats: int = 3) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- tuning
-def trial_grid(count: int, s: dict, past_epoch: bool) -> list[dict]:
+def trial_grid(count: int, s: Settings, past_epoch: bool) -> list[dict]:
     """The same `count` trials for every member: learning rates spread over [lr / 4, 4 lr] on a log scale and, once
     the budget passes an epoch, dropout over [0, 0.4], drawn from a Halton sequence (bases 2 and 3), so any count
     covers the square evenly and the first trial is always the default learning rate."""
@@ -205,7 +564,7 @@ def trial_grid(count: int, s: dict, past_epoch: bool) -> list[dict]:
     trials = []
     for k in range(count):
         u = 0.5 if k == 0 else halton(k + 1, 2)
-        trial = {"learning_rate": s["learning_rate"] * 4 ** (2 * u - 1)}
+        trial = {"learning_rate": s.learning_rate * 4 ** (2 * u - 1)}
         trial["dropout"] = round(0.4 * halton(k + 1, 3), 3) if past_epoch else default_dropout(past_epoch)
         trials.append(trial)
     return trials
@@ -215,97 +574,6 @@ def default_dropout(past_epoch: bool) -> float:
     """Dropout when nothing is tuned: off within an epoch (no sample is seen twice, so there is nothing to
     overfit), 0.1 past it."""
     return DROPOUT_PAST_AN_EPOCH if past_epoch else 0.0
-
-
-def finished_run(folder: Path, recipe) -> dict | None:
-    """The summary of a run already finished in `folder` with exactly this recipe (its weights checked against
-    their recorded checksums), else None: a study stopped part-way and started again with the same command trains
-    only what it had not finished. The saved recipe is read through the recipe loader before the comparison, so a
-    run saved before a recipe key existed counts as that key's default (which is what it ran with)."""
-    from hf_seq.checksums import verify_checksums
-    from hf_seq.recipes import load_recipe
-
-    done = [folder / name for name in ("recipe.json", "metrics.json", "model.safetensors", "checksums.json")]
-    if not all(path.exists() for path in done):
-        return None
-    try:
-        if load_recipe(json.loads(done[0].read_text())).to_dict() != recipe.to_dict():
-            return None
-        verify_checksums(folder)
-    except Exception:  # noqa: BLE001  (an unreadable recipe, damaged weights: train it again)
-        return None
-    return json.loads(done[1].read_text())
-
-
-# ---------------------------------------------------------------------------------------------- the loop
-def member_training(s: dict, context: dict, settings: dict, seed: int, steps, seconds, select_by: str) -> dict:
-    """The training section every member of a study shares: its budget, seed and tuned learning rate, the study's
-    batch, warm-up and evaluations, no checkpoints inside the budget, and the metric that selects the weights."""
-    return {
-        "max_steps": steps,
-        "max_seconds": seconds,
-        "threads": context["threads"],
-        "seed": seed,
-        "batch_size": s["batch_size"],
-        "learning_rate": settings["learning_rate"],
-        "warmup_steps": s["warmup_steps"],
-        "eval_every": s["eval_every"],
-        "save_every": 10**9,
-        "select_by": select_by,
-    }
-
-
-def train_or_reuse(member_recipe: dict, folder: Path, progress: bool):
-    """(the recipe, the run's summary): trained through `hf_seq.training.run`, or a finished run of the very same
-    recipe in `folder` reused."""
-    from hf_seq.recipes import load_recipe
-    from hf_seq.training import run as train
-
-    recipe = load_recipe(member_recipe)
-    summary = finished_run(folder, recipe)
-    if summary is None:
-        summary = train(recipe, progress=progress, overwrite=True)
-    elif progress:
-        print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
-    return recipe, summary
-
-
-def train_all(
-    members, sizes, seeds: int, tune: int, s: dict, budget_seconds, output_dir: Path, plan, train, fixed=None, say=print
-) -> list[dict]:
-    """Every member at every size: `tune` trials at TUNE_FRACTION of the budget (the lowest validation loss wins),
-    then one scored run per seed with the chosen settings. `plan(name, target)` -> the member's plan (`steps`,
-    `past_epoch`, ...); `train(name, plan, settings, seed, folder, steps, seconds, score)` -> a trial's `eval_loss`
-    and `steps` or, with `score`, the member's record; `fixed(name, target)` -> the record of a member that is not
-    trained (None for the others)."""
-    records = []
-    for target in sizes:
-        for name in members:
-            record = fixed(name, target) if fixed else None
-            if record is not None:
-                records.append(record | {"target": target, "seed": 0})
-                continue
-            plan_ = plan(name, target)
-            trials = []
-            chosen = {"learning_rate": s["learning_rate"], "dropout": default_dropout(plan_["past_epoch"])}
-            if tune:
-                for k, trial in enumerate(trial_grid(tune, s, plan_["past_epoch"])):
-                    folder = output_dir / "trials" / f"{name}-{target}-{k}"
-                    steps = max(1, math.ceil(plan_["steps"] * TUNE_FRACTION)) if plan_["steps"] else None
-                    seconds = budget_seconds * TUNE_FRACTION if budget_seconds else None
-                    got = train(name, plan_, trial, seed=0, folder=folder, steps=steps, seconds=seconds)
-                    trials.append(trial | got)
-                    say(f"lineage: {name} trial {k}: {trial} -> validation loss {got['eval_loss']:.4f}")
-                best = min(trials, key=lambda t: t["eval_loss"])
-                chosen = {k: best[k] for k in ("learning_rate", "dropout")}
-            for seed in range(seeds):
-                single = len(sizes) == 1 and seeds == 1
-                folder = output_dir / (name if single else f"{name}-{target}-seed{seed}")
-                say(f"lineage: training {name} (size {target:,}, seed {seed}, {chosen})")
-                record = train(name, plan_, chosen, seed=seed, folder=folder, steps=plan_["steps"],
-                               seconds=budget_seconds, score=True)  # fmt: skip
-                records.append(record | {"target": target, "seed": seed, "trials": trials})
-    return records
 
 
 # ---------------------------------------------------------------------------------------------- summary

@@ -1,0 +1,362 @@
+"""The lineages' reports: lineage.md for the language models (the tables, the ordering against the lectures', how far
+the best network is from the literature's margin over the n-gram, and the compute the fitted frontiers say that
+margin takes) and for the translation models (BLEU, chrF, repetition and length ratio, BLEU by source length), with
+their plots. Each reads the records `study.Study.run` collects.
+"""
+
+import math
+import statistics
+from pathlib import Path
+
+from hf_seq.experiments import study
+from hf_seq.experiments.study import save_log_plot, summarize
+
+
+# ---------------------------------------------------------------------------------------------- language models
+def plot_curves(records: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for record in records:
+        points = [(c["tokens"], c["eval_bits_per_byte"]) for c in record["curve"] if c["tokens"] > 0]
+        if not points:
+            continue
+        style = "s--" if record["name"] == "ngram" else "o-"
+        ax.plot(*zip(*points), style, ms=3, lw=1.5, label=record["title"])
+    save_log_plot(fig, ax, "training tokens", "held-out bits per byte (validation)", title, path)
+
+
+# The literature's margin on corpora of about a million words: on Penn Treebank, Zaremba et al. (2014)'s medium LSTM
+# with dropout is 42% below a 5-gram Kneser-Ney model in perplexity (82 against 141); the report says what compute
+# the networks would need to be this far below the n-gram.
+NGRAM_MARGIN = 0.25
+
+
+def budget_estimate(records: list[dict], tokens_per_step: int) -> dict | None:
+    """Where the networks would be NGRAM_MARGIN below the n-gram in per-token perplexity, on the curves' validation
+    blocks. Per member, every finished run is a point (training FLOPs, its best validation bits per byte): the seed-0
+    run at each size and every tuning trial (a full schedule at a quarter of the budget). The lower envelope of the
+    points, the best result for each compute (Hoffmann et al. 2022's first approach), is fitted as L = E + A C^-alpha;
+    the member that gets to the target with the least compute wins, with the hours that takes at the FLOPs per second
+    its largest run trained at (both None where the fit's floor lies above the target). None without an n-gram or
+    four points on some member's envelope."""
+    ngram = next((r for r in records if r["name"] == "ngram"), None)
+    if ngram is None or not ngram["curve"]:
+        return None
+    last = ngram["curve"][-1]  # the n-gram on the whole training text, scored on the curves' blocks
+    target = last["eval_bits_per_byte"] + math.log2(1 - NGRAM_MARGIN) * last["eval_tokens"] / last["eval_bytes"]
+    estimates = []
+    for name in dict.fromkeys(r["name"] for r in records if r["name"] != "ngram"):
+        runs = [r for r in records if r["name"] == name and r["seed"] == 0]
+        points = [
+            (r["train_tokens"] * r["flops_per_token"], min(c["eval_bits_per_byte"] for c in r["curve"])) for r in runs
+        ]
+        points += [
+            (t["steps"] * tokens_per_step * r["flops_per_token"], t["eval_bits_per_byte"])
+            for r in runs
+            for t in r["trials"]
+        ]
+        frontier = study.lower_envelope(points)
+        fit = study.fit_power_law(frontier)
+        if fit is None:
+            continue
+        largest = max(runs, key=lambda r: r["flops_per_token"])
+        flops = study.power_law_reaches(fit, target)
+        flops = None if math.isinf(flops) else flops
+        rate = largest["tokens_per_second"] * largest["flops_per_token"]
+        estimates.append(
+            {"name": name, "title": runs[0]["title"], "fit": fit, "frontier": frontier, "flops": flops,
+             "flops_per_second": rate, "hours": flops and flops / rate / 3600, "reached": frontier[-1][1] <= target}
+        )  # fmt: skip
+    if not estimates:
+        return None
+    best = min(estimates, key=lambda e: (math.inf if e["flops"] is None else e["flops"], e["frontier"][-1][1]))
+    members = [{k: e[k] for k in ("name", "title", "fit", "flops", "hours", "flops_per_second")} for e in estimates]
+    return (
+        {"ngram_bits_per_byte": last["eval_bits_per_byte"], "target_bits_per_byte": target}
+        | best
+        | {"members": members}
+    )
+
+
+def measured_margin(records: list[dict], target: int) -> dict | None:
+    """The best network at size `target` against the n-gram in test (else validation) perplexity, seeds averaged."""
+    split = "test" if all(r.get("test_perplexity") for r in records) else "validation"
+    ngram = next((r for r in records if r["name"] == "ngram"), None)
+    networks = [r for r in records if r["name"] != "ngram" and r["target"] == target]
+    if ngram is None or not networks:
+        return None
+    means = {}
+    for r in networks:
+        means.setdefault(r["name"], []).append(r[f"{split}_perplexity"])
+    name = min(means, key=lambda n: statistics.mean(means[n]))
+    perplexity = statistics.mean(means[name])
+    margin = 1 - perplexity / ngram[f"{split}_perplexity"]
+    return {
+        "split": split,
+        "name": name,
+        "title": next(r["title"] for r in networks if r["name"] == name),
+        "perplexity": perplexity,
+        "ngram": ngram[f"{split}_perplexity"],
+        "margin": margin,
+    }
+
+
+def plot_compute(records: list[dict], estimate: dict, path: Path, title: str) -> None:
+    """Validation bits per byte against training FLOPs: every member's curves (seed 0, one line per size), the
+    n-gram, the margin's line, and the envelope and fitted frontier of the member the estimate names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colours = {}
+    for r in (r for r in records if r["name"] != "ngram" and r["seed"] == 0):
+        points = [(c["tokens"] * r["flops_per_token"], c["eval_bits_per_byte"]) for c in r["curve"] if c["tokens"]]
+        label = None if r["name"] in colours else r["title"]  # one legend entry per member, whatever its sizes
+        colour = colours.setdefault(r["name"], f"C{len(colours)}")
+        ax.plot(*zip(*points), "-", color=colour, lw=1, alpha=0.7, label=label)
+    ax.axhline(estimate["ngram_bits_per_byte"], ls="--", color="gray", label="n-gram (Kneser-Ney)")
+    ax.axhline(
+        estimate["target_bits_per_byte"], ls=":", color="black", label=f"{NGRAM_MARGIN:.0%} below it in perplexity"
+    )
+    fit, frontier = estimate["fit"], estimate["frontier"]
+    end = min(estimate["flops"] or math.inf, 1e4 * frontier[-1][0])
+    xs = [frontier[0][0] * (end / frontier[0][0]) ** (k / 80) for k in range(81)]
+    ax.plot(*zip(*frontier), "ko", ms=4, label=f"{estimate['title']}: best run per compute")
+    ax.plot(
+        xs, [fit["floor"] + fit["scale"] * x ** -fit["alpha"] for x in xs], "k-.", lw=1, label="its fitted frontier"
+    )
+    save_log_plot(fig, ax, "training FLOPs", "held-out bits per byte (validation)", title, path)
+
+
+def margin_lines(result: dict) -> list[str]:
+    """The report's section on the networks against the n-gram: the measured margin, and the compute the fitted
+    frontier says the literature's margin takes."""
+    margin, estimate = result.get("margin"), result.get("estimate")
+    if margin is None:
+        return []
+    title = margin.get("title", margin["name"])
+    lines = [
+        f"## How far from the literature's margin ({NGRAM_MARGIN:.0%} below the n-gram in perplexity)",
+        "",
+        f"Measured: the best network at {result['sizes'][-1]:,} non-embedding parameters ({title}) has "
+        f"{margin['split']} perplexity {margin['perplexity']:.1f} against the n-gram's {margin['ngram']:.1f}: "
+        + (f"{margin['margin']:.0%} below it." if margin["margin"] >= 0 else f"{-margin['margin']:.0%} above it."),
+        "",
+    ]
+    if estimate is None:
+        return lines
+    fit = estimate["fit"]
+    law = f"L = {fit['floor']:.3f} + {fit['scale']:.3g} C^-{fit['alpha']:.3f}"
+    head = (
+        f"Extrapolated: on the curves' validation blocks the target is {estimate['target_bits_per_byte']:.3f} bits per "
+        f"byte (the n-gram on the whole training text: {estimate['ngram_bits_per_byte']:.3f}). The "
+        f"{estimate['title']}'s compute frontier (its "
+        f"best run at each training compute C: every size and tuning trial, seed 0) fits {law}"
+    )
+    if estimate["reached"]:
+        lines.append(f"{head}, and its curves already reach the target.")
+    elif estimate["flops"] is None:
+        lines.append(
+            f"{head}, whose floor lies above the target: more compute alone does not get there at this size of corpus."
+        )
+    else:
+        largest = estimate["frontier"][-1][0]
+        lines.append(
+            f"{head}: it reaches the target at about {estimate['flops']:.1e} training FLOPs, "
+            f"{estimate['flops'] / largest:,.0f} times this run's largest, {estimate['hours']:,.1f} hours at the "
+            f"{estimate['flops_per_second'] / 1e9:.1f} GFLOP/s its largest run trained at. An extrapolation: it "
+            "assumes the frontier keeps its shape, and past an epoch the corpus repeats (more dropout, not only more "
+            "compute, is what the literature's runs used)."
+        )
+    lines += [
+        "",
+        "| member | fitted E | A | alpha | FLOPs to the target | hours at its speed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in estimate.get("members", []):
+        fit, reach = e["fit"], "not reached (floor above it)" if e["flops"] is None else f"{e['flops']:.1e}"
+        hours = "n/a" if e["hours"] is None else f"{e['hours']:,.1f}"
+        lines.append(
+            f"| {e['title']} | {fit['floor']:.3f} | {fit['scale']:.3g} | {fit['alpha']:.3f} | {reach} | {hours} |"
+        )
+    return lines + ["", "![compute](compute.png)", ""]
+
+
+def write_language_model_report(result: dict, output_dir: Path, order) -> None:
+    """lineage.md of the language-model lineage."""
+    records, metric = result["members"], result["metric"]
+    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
+    lines = [
+        "# The lineage: n-gram, fixed window, WaveNet, Elman, GRU, LSTM, GPT, Mamba",
+        "",
+        f"Corpus `{result['corpus']}` (validation: {result['validation']}; test: {result['test']}), one byte-level BPE "
+        f"tokenizer of {result['vocab_size']:,} tokens, blocks of {result['block_size']} tokens, "
+        f"{result['train_tokens']:,} training tokens; budget: {result['budget']}. Neural members: embedding width "
+        f"{result['width']}, tied embeddings, non-embedding parameters matched per size; the weights kept are the "
+        f"evaluation with the lowest validation loss. Tuning: {result['tuning']}. Seeds: {result['seeds']}. "
+        f"Machine: {result['machine']}.",
+        "",
+        f"Ranked by **{metric.replace('_', ' ')}** ({'the test split, scored once, with the selected weights' if metric.startswith('test') else 'no test split was given'}).",
+        "",
+    ]
+    summary = summarize(records, metric)
+    for target in result["sizes"]:
+        rows = [r for r in summary if r["target"] == target]
+        lines += [
+            f"## Non-embedding parameters {target:,}",
+            "",
+            "| member | params | non-embedding | FLOPs / token | lr | dropout | best step | epochs | validation bpb | "
+            "test bpb | test perplexity | seconds |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in (r for r in records if r["target"] == target):
+            seed = "" if result["seeds"] == 1 or r["name"] == "ngram" else f" (seed {r['seed']})"
+            lines.append(
+                f"| {r['title']}{seed} | {r['params']:,} | "
+                f"{fmt(r['non_embedding_params'], ',')} | {fmt(r['flops_per_token'], ',')} | "
+                f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {fmt(r['best_step'], 'd')} | "
+                f"{fmt(r['epochs'], '.2f')} | {r['validation_bits_per_byte']:.3f} | "
+                f"{fmt(r['test_bits_per_byte'], '.3f')} | {fmt(r['test_perplexity'], '.1f')} | {r['seconds']:.0f} |"
+            )
+        lines += study.ordering_lines(rows, order, result["seeds"])
+    lines += [
+        "The n-gram's parameters are its distinct stored n-grams (it has no embedding and no FLOPs figure), its seconds "
+        "the counting; it is fit once and the same for every size and seed. FLOPs per token: 6 x the parameters a "
+        "token multiplies with (+ 12 L d s for attention; hf_seq.compute.model_flops_per_token). Epochs: training "
+        "tokens seen / training tokens in the corpus. Every trial is in lineage.json.",
+        "",
+        "![learning curves](learning_curves.png)",
+        "",
+        f"The curves (the first seed of the largest size) are scored on the first {result['settings']['curve_blocks']} "
+        "validation blocks, every member on the same blocks.",
+        "",
+    ]
+    if len(result["sizes"]) > 1:
+        lines += ["![scaling](scaling.png)", ""]
+    lines += margin_lines(result)
+    lines += [f"## Samples (prompt: `{result['prompt']!r}`, ancestral sampling, seed 0)", ""]
+    for r in records:
+        if r["seed"] == 0 and r["target"] == result["sizes"][-1]:
+            lines += [f"**{r['title']}**", "", "```", r["prompt_text"] + r["sample"], "```", ""]
+    (output_dir / "lineage.md").write_text("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------- translation
+def plot_bleu_by_length(records: list[dict], path: Path, title: str) -> None:
+    """Test BLEU against the source length bucket, one line per member (Bahdanau et al. 2015, figure 2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    first_words = {b["bucket"]: b["min_words"] for record in records for b in record["test_bleu_by_length"]}
+    sentences = {b["bucket"]: b["sentences"] for record in records for b in record["test_bleu_by_length"]}
+    buckets = sorted(first_words, key=first_words.get)
+    for record in records:
+        points = {b["bucket"]: b["bleu"] for b in record["test_bleu_by_length"]}
+        x = [i for i, name in enumerate(buckets) if name in points]
+        ax.plot(x, [points[buckets[i]] for i in x], "o-", ms=4, lw=1.5, label=record["title"])
+    ax.set_xticks(range(len(buckets)), [f"{name}\n({sentences[name]})" for name in buckets])  # a bucket's sentences
+    save_log_plot(fig, ax, "source length in words (test sentences)", "test BLEU", title, path, log_x=False)
+
+
+def write_translation_report(result: dict, output_dir: Path, order) -> None:
+    """lineage.md of the translation lineage."""
+    records, metric = result["members"], result["metric"]
+    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
+    lines = [
+        "# The translation lineage: Sutskever, Cho, Bahdanau, Luong, Transformer",
+        "",
+        f"Corpus `{result['corpus']}` ({result['train_pairs']:,} training pairs; validation: {result['validation']}, "
+        f"{result['validation_pairs']:,} pairs; test: {result['test']}, {result['test_pairs']:,} pairs), one joint "
+        f"byte-level BPE tokenizer of {result['vocab_size']:,} tokens trained on the training sources and targets; "
+        f"budget: {result['budget']}. Embedding width {result['width']}, non-embedding parameters matched per size; "
+        f"the weights kept are the evaluation with the highest BLEU on the first {result['settings']['eval_pairs']} "
+        f"validation pairs. Tuning: {result['tuning']}. Seeds: {result['seeds']}. Test translations: beam search of "
+        f"{result['settings']['num_beams']} ("
+        + ", ".join(f"{k} {v}" for k, v in (result["decoding"] or {}).items() if k != "do_sample")
+        + "). "
+        f"Machine: {result['machine']}.",
+        "",
+        "Ranked by **test BLEU** (the test split, scored once, with the selected weights; higher is better).",
+        "",
+    ]
+    summary = summarize(records, metric)
+    for target in result["sizes"]:
+        rows = [r for r in summary if r["target"] == target]
+        lines += [
+            f"## Non-embedding parameters {target:,}",
+            "",
+            "| member | params | non-embedding | FLOPs / token | lr | dropout | best step | validation perplexity | "
+            "test BLEU | chrF | repetition | length ratio | seconds |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in (r for r in records if r["target"] == target):
+            seed = "" if result["seeds"] == 1 else f" (seed {r['seed']})"
+            lines.append(
+                f"| {r['title']}{seed} | {r['params']:,} | {r['non_embedding_params']:,} | "
+                f"{r['flops_per_token']:,} | {r['learning_rate']:.2g} | {r['dropout']:g} | "
+                f"{fmt(r['best_step'], 'd')} | {r['validation_perplexity']:.2f} | {r['test_bleu']:.2f} | "
+                f"{r['test_chrf']:.2f} | {r['test_repetition_rate']:.2f} | {r['test_length_ratio']:.2f} | "
+                f"{r['seconds']:.0f} |"
+            )
+        lines += study.ordering_lines(rows, order, result["seeds"], higher_is_better=True)
+    lines += [
+        "The lectures' order puts Bahdanau's additive score and Luong's bilinear one level (`~`): neither is an "
+        "inversion of the other. FLOPs per token: a token is a source or target token of a pair; 6 x the encoder's "
+        "parameters per source token, 6 x the decoder's (with the output layer) per target token, plus the "
+        "Transformer's attention (hf_seq.compute.seq2seq_flops_per_token). Repetition: the share of test "
+        "translations that repeat an n-gram (1-4 words) back to back. Length ratio: translation length / reference "
+        "length in BLEU's tokens. Every trial is in lineage.json.",
+        "",
+        "![BLEU by source length](bleu_by_length.png)",
+        "",
+    ]
+    largest = [r for r in records if r["seed"] == 0 and r["target"] == result["sizes"][-1]]
+    for r in largest:
+        if r.get("alignment"):
+            lines += [f"![{r['title']}: alignment]({r['alignment']})", ""]
+    lines += ["## Examples (the first test pairs)", ""]
+    for r in largest:
+        lines += [f"**{r['title']}**", ""]
+        lines += [f"- `{e['source']}` -> `{e['translation']}` (reference: `{e['reference']}`)" for e in r["examples"]]
+        lines += [""]
+    (output_dir / "lineage.md").write_text("\n".join(lines))
+
+
+def alignment_figure(model, tokenizer, source: str, recipe, path: Path, title: str) -> None:
+    """The cross-attention of `model` over its own translation of `source` (the recipe's decoding): the Bahdanau
+    family's alignments alpha_ij, the Transformer's last layer averaged over heads; source tokens across, target
+    tokens down. Drawn from the attention weights themselves (the eager path), not a fused kernel."""
+    import torch
+
+    from hf_seq.plotting import plot_alignment
+    from hf_seq.tasks import decoding
+
+    kernel = model.config._attn_implementation
+    if kernel not in (None, "eager"):
+        model.set_attn_implementation("eager")
+    ids = tokenizer(source, add_special_tokens=False, return_tensors="pt")["input_ids"][:, : recipe.data.block_size]
+    ids = ids.to(model.device)
+    try:
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, **decoding(recipe))
+            out = model(input_ids=ids, decoder_input_ids=generated[:, :-1], output_attentions=True)
+    finally:
+        if kernel not in (None, "eager"):
+            model.set_attn_implementation(kernel)
+    label = lambda i: tokenizer.decode([int(i)]) or tokenizer.convert_ids_to_tokens(int(i))
+    plot_alignment(
+        out.cross_attentions[-1][0].cpu(),  # (heads, target, source); the Bahdanau family gives one "head"
+        [label(i) for i in ids[0]],
+        [label(i) for i in generated[0, 1:]],
+        path,
+        title=title,
+    )
