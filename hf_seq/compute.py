@@ -10,11 +10,15 @@ the number of layers, d the model width and s the sequence length; 6 = 2 (a mult
 backward that costs twice the forward), and 12 L d s is the attention scores and their weighted sum over s positions.
 Kaplan et al. (2020) count the same 6 N without the output projection; with GPT-2 small's 50,257-token vocabulary
 that is 6 x 38.6M fewer FLOPs per token, 27% of the total, so the convention matters for MFU at this size.
+
+6 N is read from any model's parameters; the attention term, which no parameter holds, is asked of the family's row
+in the registry (`Family.attention_flops`), so this file names no family.
 """
 
 import torch
 
 from hf_seq.models.configuration_gpt import GPTConfig
+from hf_seq.registry import family
 
 
 def flop_parameters(config: GPTConfig) -> int:
@@ -38,14 +42,15 @@ def flop_parameters(config: GPTConfig) -> int:
 
 def training_flops_per_token(config: GPTConfig, seq_len: int) -> int:
     """6 N + 12 L d s: forward and backward FLOPs per trained token at sequence length `seq_len` (module docstring)."""
-    return 6 * flop_parameters(config) + 12 * config.num_hidden_layers * config.hidden_size * seq_len
+    return 6 * flop_parameters(config) + family(config.model_type).attention_flops(config, seq_len)
 
 
 def model_flops_per_token(model: torch.nn.Module, seq_len: int) -> int:
-    """6 N (+ 12 L d s for attention) for any hf-seq language model, from its shapes (the model may sit on the meta
-    device): N counts every parameter except the looked-up tables (`nn.Embedding`s), with a tied output projection
-    counted once under its own name. Recurrences, convolutions and scans multiply each parameter once per token too;
-    what this leaves out is the state-space scan's elementwise work, a few percent at the lineage's sizes."""
+    """6 N (+ the family's attention term, 12 L d s for GPT and BERT) for any hf-seq model over one sequence, from its
+    shapes (the model may sit on the meta device): N counts every parameter except the looked-up tables
+    (`nn.Embedding`s), with a tied output projection counted once under its own name. Recurrences, convolutions and
+    scans multiply each parameter once per token too; what this leaves out is the state-space scan's elementwise
+    work, a few percent at the lineage's sizes. An encoder-decoder's count is `seq2seq_flops_per_token`'s."""
     tables = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
     outputs = model.get_output_embeddings()
     projection = outputs.weight if outputs is not None else None
@@ -53,10 +58,15 @@ def model_flops_per_token(model: torch.nn.Module, seq_len: int) -> int:
     if projection is not None and id(projection) in tables:  # tied: the table is also the output layer
         n += projection.numel()
     config = model.config
-    attention = 0
-    if getattr(config, "num_attention_heads", None) and config.model_type == "hf_seq_gpt":
-        attention = 12 * config.num_hidden_layers * config.hidden_size * seq_len
-    return 6 * n + attention
+    attention_flops = family(config.model_type).attention_flops
+    if attention_flops is None:
+        return 6 * n
+    if config.is_encoder_decoder:
+        raise ValueError(
+            f"model_flops_per_token: a {type(model).__name__} reads a source and a target, whose attention costs "
+            "depend on both lengths; use seq2seq_flops_per_token(model, source_len, target_len)"
+        )
+    return 6 * n + attention_flops(config, seq_len)
 
 
 def seq2seq_flops_per_token(model: torch.nn.Module, source_len: float, target_len: float) -> float:
@@ -74,13 +84,11 @@ def seq2seq_flops_per_token(model: torch.nn.Module, source_len: float, target_le
     projection = model.get_output_embeddings().weight
     if id(projection) in tables:  # tied: the table is also the output layer
         n_decoder += projection.numel()
-    config = model.config
-    pair = 6 * n_encoder * source_len + 6 * n_decoder * target_len
-    if config.model_type == "hf_seq_transformer":
-        d = config.hidden_size
-        pair += 12 * config.encoder_layers * d * source_len * source_len
-        pair += 12 * config.decoder_layers * d * (target_len + source_len) * target_len
-    return pair / (source_len + target_len)
+    per_token = (6 * n_encoder * source_len + 6 * n_decoder * target_len) / (source_len + target_len)
+    attention_flops = family(model.config.model_type).attention_flops
+    if attention_flops is not None:
+        per_token += attention_flops(model.config, source_len, target_len)
+    return per_token
 
 
 __all__ = ["flop_parameters", "model_flops_per_token", "seq2seq_flops_per_token", "training_flops_per_token"]

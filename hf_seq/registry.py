@@ -19,6 +19,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+def self_attention_flops(config, seq_len: int) -> int:
+    """12 L d s per token: each layer's attention scores (q . k over s keys, d multiply-adds each) and their weighted
+    sum of s values, forward and backward (x 2 x 3, as for the parameters in compute.py)."""
+    return 12 * config.num_hidden_layers * config.hidden_size * seq_len
+
+
+def encoder_decoder_attention_flops(config, source_len: float, target_len: float) -> float:
+    """Per token of a pair of S source and T target tokens: 12 L_enc d S per source token (encoder self-attention)
+    and 12 L_dec d (T + S) per target token (decoder self- and cross-attention), over the pair's S + T tokens."""
+    d = config.hidden_size
+    pair = 12 * config.encoder_layers * d * source_len * source_len
+    pair += 12 * config.decoder_layers * d * (target_len + source_len) * target_len
+    return pair / (source_len + target_len)
+
+
 @dataclass(frozen=True)
 class Family:
     """One row of the table: a family's file pair, its `model_type`, its config class and, for each transformers
@@ -29,6 +44,11 @@ class Family:
     model_type: str
     config: str
     models: dict[str, str]  # transformers Auto class -> model class name
+    # Training FLOPs per token that no parameter count holds (compute.py): the attention scores and their weighted
+    # sums, from the config and the lengths of a training example, (config, seq_len) for a model over one sequence,
+    # (config, source_len, target_len) for an encoder-decoder. None: no attention, or one left out as the
+    # state-space scan's elementwise work is (Bahdanau's additive score, a few percent).
+    attention_flops: Callable[..., float] | None = None
 
     @property
     def config_class(self):
@@ -81,6 +101,7 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForCausalLM": "GPTForCausalLM",
             "AutoModelForSequenceClassification": "GPTForSequenceClassification",
         },
+        attention_flops=self_attention_flops,
     ),
     Family(
         "bert",
@@ -93,12 +114,14 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForTokenClassification": "BERTForTokenClassification",
             "AutoModelForQuestionAnswering": "BERTForQuestionAnswering",
         },
+        attention_flops=self_attention_flops,
     ),
     Family(
         "transformer",
         "hf_seq_transformer",
         "TransformerConfig",
         {"AutoModel": "TransformerModel", "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration"},
+        attention_flops=encoder_decoder_attention_flops,
     ),
     Family(
         "bahdanau",

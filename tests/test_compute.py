@@ -1,9 +1,17 @@
-"""hf_seq.compute: training FLOPs per token from a GPT's shapes, against a count by hand and GPT-2 small's known size."""
+"""hf_seq.compute: training FLOPs per token from a model's shapes, against a count by hand and GPT-2 small's known
+size; the attention term comes from each family's registry row."""
 
 import pytest
 
-from hf_seq import GPTConfig, GPTForCausalLM
-from hf_seq.compute import flop_parameters, training_flops_per_token
+from hf_seq import (
+    GPTConfig,
+    GPTForCausalLM,
+    RNNConfig,
+    RNNForCausalLM,
+    TransformerConfig,
+    TransformerForConditionalGeneration,
+)
+from hf_seq.compute import flop_parameters, model_flops_per_token, seq2seq_flops_per_token, training_flops_per_token
 
 TINY = dict(vocab_size=100, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
 
@@ -55,3 +63,32 @@ def test_refuses_what_it_does_not_count():
         flop_parameters(GPTConfig(**TINY, num_local_experts=4))
     with pytest.raises(TypeError, match="GPTConfig"):
         flop_parameters(object())
+
+
+def test_any_model_counts_its_parameters_and_its_familys_attention():
+    gpt = GPTForCausalLM(GPTConfig(**TINY))
+    assert model_flops_per_token(gpt, 16) == training_flops_per_token(gpt.config, 16) == 18_432
+    rnn = RNNForCausalLM(RNNConfig(vocab_size=100, hidden_size=8, num_hidden_layers=2))
+    tied = rnn.config.tie_word_embeddings
+    n = rnn.num_parameters() - rnn.get_input_embeddings().weight.numel() * (not tied)
+    assert model_flops_per_token(rnn, 16) == model_flops_per_token(rnn, 1000) == 6 * n  # no attention term
+
+
+def test_encoder_decoder_attention_by_hand():
+    """A pair's FLOPs are 6 N_enc S + 6 N_dec T, linear in the lengths, plus the attention, quadratic: with the
+    attention counted by hand taken off, what is left doubles when both lengths double."""
+    d, L_enc, L_dec = 8, 2, 3
+    config = TransformerConfig(
+        vocab_size=100, hidden_size=d, encoder_layers=L_enc, decoder_layers=L_dec, num_attention_heads=2
+    )
+    model = TransformerForConditionalGeneration(config)
+
+    def parameters_share(S, T):  # encoder self-attention; decoder self- and cross-attention
+        attention = 12 * L_enc * d * S * S + 12 * L_dec * d * (T + S) * T
+        return seq2seq_flops_per_token(model, S, T) * (S + T) - attention
+
+    assert parameters_share(6, 10) > 0
+    assert parameters_share(12, 20) == pytest.approx(2 * parameters_share(6, 10))
+    assert parameters_share(6, 20) + parameters_share(12, 10) == pytest.approx(parameters_share(18, 30))
+    with pytest.raises(ValueError, match="seq2seq_flops_per_token"):
+        model_flops_per_token(model, 6)
