@@ -65,40 +65,9 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> R
     check_batch_split(t, world)
     per_device = t.batch_size // (t.gradient_accumulation_steps * world)
     generates = task.generates  # translation: BLEU of generated text at every evaluation
-    arguments_class = Seq2SeqTrainingArguments if generates else TrainingArguments
     if generates:
         tasks.set_decoding(model, recipe)  # Seq2SeqTrainer's evaluations decode as the recipe says
-    # Seq2SeqTrainer takes one total length (the start token, the output, EOS); with the source-relative rule it is
-    # the rule's limit at the longest source kept, data.block_size
-    a, b = t.generation_max_length_a, t.generation_max_length_b
-    longest = t.generation_max_new_tokens or math.ceil(a * recipe.data.block_size + b) + 1
-    extra = {"predict_with_generate": True, "generation_max_length": longest + 1} if generates else {}
-    extra |= {"generation_num_beams": t.generation_num_beams} if generates else {}
-    args = arguments_class(
-        output_dir=str(output_dir / "checkpoints"),
-        max_steps=t.max_steps,
-        per_device_train_batch_size=per_device,
-        per_device_eval_batch_size=per_device,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        learning_rate=t.learning_rate,
-        weight_decay=t.weight_decay,
-        adam_beta2=t.adam_beta2,
-        warmup_steps=t.warmup_steps,
-        lr_scheduler_type=t.scheduler,
-        max_grad_norm=t.max_grad_norm,
-        eval_strategy="steps",
-        eval_steps=t.eval_every,
-        save_steps=t.save_every,
-        save_total_limit=t.keep_checkpoints,
-        logging_steps=max(1, min(10, t.eval_every)),
-        seed=t.seed,
-        bf16=t.mixed_precision == "bf16",
-        fp16=t.mixed_precision == "fp16",
-        report_to=resolve_tracker(t.log_with) or "none",
-        dataloader_pin_memory=torch.cuda.is_available(),
-        torch_compile=t.compile,
-        **extra,
-    )
+    args = trainer_arguments(recipe, per_device, generates)
     trainer = (Seq2SeqTrainer if generates else Trainer)(
         model=model,
         args=args,
@@ -131,3 +100,41 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> R
         save_run_files(recipe, output_dir, tokenizer, model.config, summary, {"log_history": history}, curve)
     device = trainer.args.device
     return RunResult(trainer.model.eval(), tokenizer, evaluations, summary, output_dir, device, prepared, recipe)
+
+
+def trainer_arguments(recipe: Recipe, per_device: int, generates: bool) -> TrainingArguments:
+    """The recipe's training section as Trainer's arguments (Seq2SeqTrainer's, decoding at every evaluation, for a
+    task that generates)."""
+    t = recipe.training
+    arguments_class = Seq2SeqTrainingArguments if generates else TrainingArguments
+    # Seq2SeqTrainer takes one total length (the start token, the output, EOS); with the source-relative rule it is
+    # the rule's limit at the longest source kept, data.block_size
+    a, b = t.generation_max_length_a, t.generation_max_length_b
+    longest = t.generation_max_new_tokens or math.ceil(a * recipe.data.block_size + b) + 1
+    extra = {"predict_with_generate": True, "generation_max_length": longest + 1} if generates else {}
+    extra |= {"generation_num_beams": t.generation_num_beams} if generates else {}
+    return arguments_class(
+        output_dir=str(Path(t.output_dir) / "checkpoints"),
+        max_steps=t.max_steps,
+        per_device_train_batch_size=per_device,
+        per_device_eval_batch_size=per_device,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay,
+        adam_beta2=t.adam_beta2,
+        warmup_steps=t.warmup_steps,
+        lr_scheduler_type=t.scheduler,
+        max_grad_norm=t.max_grad_norm,
+        eval_strategy="steps",
+        eval_steps=t.eval_every,
+        save_steps=t.save_every,
+        save_total_limit=t.keep_checkpoints,
+        logging_steps=max(1, min(10, t.eval_every)),
+        seed=t.seed,
+        bf16=t.mixed_precision == "bf16",
+        fp16=t.mixed_precision == "fp16",
+        report_to=resolve_tracker(t.log_with) or "none",
+        dataloader_pin_memory=torch.cuda.is_available(),
+        torch_compile=t.compile,
+        **extra,
+    )

@@ -139,7 +139,6 @@ class LanguageModelData(StudyData):
     held_out: dict = None  # "validation" and "test" (None without a test split): encoded blocks
     byte_lengths: object = None  # bytes per token id, for bits per byte
     prompt: list = None  # the samples' shared prompt: the start of the first validation block
-    names: dict = None  # how the reports name the corpus's validation and test splits
 
 
 class LanguageModels(study.Study):
@@ -177,8 +176,8 @@ class LanguageModels(study.Study):
         )
         return LanguageModelData(
             prepared, recipe, tokenizer_dir, public_name(corpus), len(train_stream), s.batch_size * s.block_size,
-            s.curve_blocks, train_stream, held_out, token_byte_lengths(prepared.tokenizer),
-            list(held_out["validation"][0]["input_ids"])[: max(4, s.block_size // 8)], names,
+            s.curve_blocks, names, train_stream, held_out, token_byte_lengths(prepared.tokenizer),
+            list(held_out["validation"][0]["input_ids"])[: max(4, s.block_size // 8)],
         )  # fmt: skip
 
     def metric(self, data) -> str:
@@ -221,17 +220,9 @@ class LanguageModels(study.Study):
         tokens = s.budget_tokens if "tokens" in given or not given else None
         return fit_ngram(data, s, s.knobs[row.name]["order"], tokens, output_dir / row.name)
 
-    def scored_line(self, record: dict, metric: str) -> str:
-        return f"{record[metric]:.4f} {metric.replace('_', ' ')}"
-
     def describe(self, data, s, records) -> dict:
         return {
-            "validation": data.names["validation"],
-            "test": data.names["test"],
-            "vocab_size": len(data.prepared.tokenizer),
             "block_size": s.block_size,
-            "width": s.width,
-            "train_tokens": data.train_tokens,
             "eval_tokens": records[0]["eval_tokens"] if records else 0,
             "eval_bytes": records[0]["eval_bytes"] if records else 0,
             "prompt": data.prepared.tokenizer.decode(data.prompt),
@@ -260,14 +251,7 @@ def run(**options) -> dict:
     return LINEAGE.run(Options(**options))
 
 
-def build(name: str, s, size: int, vocab_size: int, device: str = "meta"):
-    """The member `name`, on the meta device by default: shapes only."""
-    return study.build(LINEAGE.row(name), s, size, vocab_size, LINEAGE.auto_class, device)
-
-
-def matched_size(name: str, s, vocab_size: int, target: int | None = None) -> int:
-    """The size parameter of `name` whose non-embedding count is closest to `target` (default: the settings')."""
-    return study.matched_size_of(LINEAGE.row(name), s, vocab_size, LINEAGE.auto_class, target)
+build, matched_size = LINEAGE.build, LINEAGE.matched_size
 
 
 # ---------------------------------------------------------------------------------------------- the networks

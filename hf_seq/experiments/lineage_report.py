@@ -12,6 +12,19 @@ from hf_seq.experiments import study
 from hf_seq.experiments.study import save_log_plot, summarize
 
 
+def size_sections(result: dict, header: str, row, order, higher_is_better: bool = False) -> list[str]:
+    """One section per size: the table (`header`, then `row(record)` for each run at that size) and the paragraph
+    on the measured order against the lectures'."""
+    summary = summarize(result["members"], result["metric"])
+    lines = []
+    for target in result["sizes"]:
+        lines += [f"## Non-embedding parameters {target:,}", "", header, "|" + "---|" * (header.count("|") - 1)]
+        lines += [row(r) for r in result["members"] if r["target"] == target]
+        rows = [r for r in summary if r["target"] == target]
+        lines += study.ordering_lines(rows, order, result["seeds"], higher_is_better)
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------- language models
 def plot_curves(records: list[dict], path: Path, title: str) -> None:
     import matplotlib
@@ -205,26 +218,22 @@ def write_language_model_report(result: dict, output_dir: Path, order) -> None:
         f"Ranked by **{metric.replace('_', ' ')}** ({'the test split, scored once, with the selected weights' if metric.startswith('test') else 'no test split was given'}).",
         "",
     ]
-    summary = summarize(records, metric)
-    for target in result["sizes"]:
-        rows = [r for r in summary if r["target"] == target]
-        lines += [
-            f"## Non-embedding parameters {target:,}",
-            "",
-            "| member | params | non-embedding | FLOPs / token | lr | dropout | best step | epochs | validation bpb | "
-            "test bpb | test perplexity | seconds |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in (r for r in records if r["target"] == target):
-            seed = "" if result["seeds"] == 1 or r["name"] == "ngram" else f" (seed {r['seed']})"
-            lines.append(
-                f"| {r['title']}{seed} | {r['params']:,} | "
-                f"{fmt(r['non_embedding_params'], ',')} | {fmt(r['flops_per_token'], ',')} | "
-                f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {fmt(r['best_step'], 'd')} | "
-                f"{fmt(r['epochs'], '.2f')} | {r['validation_bits_per_byte']:.3f} | "
-                f"{fmt(r['test_bits_per_byte'], '.3f')} | {fmt(r['test_perplexity'], '.1f')} | {r['seconds']:.0f} |"
-            )
-        lines += study.ordering_lines(rows, order, result["seeds"])
+    header = (
+        "| member | params | non-embedding | FLOPs / token | lr | dropout | best step | epochs | validation bpb | "
+        "test bpb | test perplexity | seconds |"
+    )
+
+    def row(r: dict) -> str:
+        seed = "" if result["seeds"] == 1 or r["name"] == "ngram" else f" (seed {r['seed']})"
+        return (
+            f"| {r['title']}{seed} | {r['params']:,} | "
+            f"{fmt(r['non_embedding_params'], ',')} | {fmt(r['flops_per_token'], ',')} | "
+            f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {fmt(r['best_step'], 'd')} | "
+            f"{fmt(r['epochs'], '.2f')} | {r['validation_bits_per_byte']:.3f} | "
+            f"{fmt(r['test_bits_per_byte'], '.3f')} | {fmt(r['test_perplexity'], '.1f')} | {r['seconds']:.0f} |"
+        )
+
+    lines += size_sections(result, header, row, order)
     lines += [
         "The n-gram's parameters are its distinct stored n-grams (it has no embedding and no FLOPs figure), its seconds "
         "the counting; it is fit once and the same for every size and seed. FLOPs per token: 6 x the parameters a "
@@ -269,7 +278,7 @@ def plot_bleu_by_length(records: list[dict], path: Path, title: str) -> None:
 
 def write_translation_report(result: dict, output_dir: Path, order) -> None:
     """lineage.md of the translation lineage."""
-    records, metric = result["members"], result["metric"]
+    records = result["members"]
     fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
     lines = [
         "# The translation lineage: Sutskever, Cho, Bahdanau, Luong, Transformer",
@@ -288,26 +297,22 @@ def write_translation_report(result: dict, output_dir: Path, order) -> None:
         "Ranked by **test BLEU** (the test split, scored once, with the selected weights; higher is better).",
         "",
     ]
-    summary = summarize(records, metric)
-    for target in result["sizes"]:
-        rows = [r for r in summary if r["target"] == target]
-        lines += [
-            f"## Non-embedding parameters {target:,}",
-            "",
-            "| member | params | non-embedding | FLOPs / token | lr | dropout | best step | validation perplexity | "
-            "test BLEU | chrF | repetition | length ratio | seconds |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in (r for r in records if r["target"] == target):
-            seed = "" if result["seeds"] == 1 else f" (seed {r['seed']})"
-            lines.append(
-                f"| {r['title']}{seed} | {r['params']:,} | {r['non_embedding_params']:,} | "
-                f"{r['flops_per_token']:,} | {r['learning_rate']:.2g} | {r['dropout']:g} | "
-                f"{fmt(r['best_step'], 'd')} | {r['validation_perplexity']:.2f} | {r['test_bleu']:.2f} | "
-                f"{r['test_chrf']:.2f} | {r['test_repetition_rate']:.2f} | {r['test_length_ratio']:.2f} | "
-                f"{r['seconds']:.0f} |"
-            )
-        lines += study.ordering_lines(rows, order, result["seeds"], higher_is_better=True)
+    header = (
+        "| member | params | non-embedding | FLOPs / token | lr | dropout | best step | validation perplexity | "
+        "test BLEU | chrF | repetition | length ratio | seconds |"
+    )
+
+    def row(r: dict) -> str:
+        seed = "" if result["seeds"] == 1 else f" (seed {r['seed']})"
+        return (
+            f"| {r['title']}{seed} | {r['params']:,} | {r['non_embedding_params']:,} | "
+            f"{r['flops_per_token']:,} | {r['learning_rate']:.2g} | {r['dropout']:g} | "
+            f"{fmt(r['best_step'], 'd')} | {r['validation_perplexity']:.2f} | {r['test_bleu']:.2f} | "
+            f"{r['test_chrf']:.2f} | {r['test_repetition_rate']:.2f} | {r['test_length_ratio']:.2f} | "
+            f"{r['seconds']:.0f} |"
+        )
+
+    lines += size_sections(result, header, row, order, higher_is_better=True)
     lines += [
         "The lectures' order puts Bahdanau's additive score and Luong's bilinear one level (`~`): neither is an "
         "inversion of the other. FLOPs per token: a token is a source or target token of a pair; 6 x the encoder's "

@@ -125,7 +125,6 @@ class TranslationData(StudyData):
     lengths: tuple = ()  # mean source and target tokens of a training pair
     pairs: int = 0
     alignment_source: str = ""  # the alignment pictures' sentence
-    names: dict = None  # how the reports name the corpus's validation and test splits
 
 
 class Translation(study.Study):
@@ -157,14 +156,14 @@ class Translation(study.Study):
             f"lineage: {pairs:,} training pairs ({source_tokens + target_tokens:,} tokens), "
             f"{len(prepared.held_out['eval'])} validation and {len(test_sources)} test pairs, vocab {len(prepared.tokenizer)}"
         )
+        names = {split: public_name(getattr(options, split)) if getattr(options, split) else "held out from the "
+                 "training pairs" for split in ("validation", "test")}  # fmt: skip
         return TranslationData(
             prepared, recipe, tokenizer_dir,
             f"gettext en-{language}" if corpus == DEFAULT_CORPUS else public_name(corpus),
-            source_tokens + target_tokens, round(s.batch_size * sum(lengths)), s.eval_pairs, lengths, pairs,
+            source_tokens + target_tokens, round(s.batch_size * sum(lengths)), s.eval_pairs, names, lengths, pairs,
             # the first test source of 5 to 12 words (else the first)
             next((x for x in test_sources if 5 <= len(x.split()) <= 12), test_sources[0]),
-            {split: public_name(getattr(options, split)) if getattr(options, split) else "held out from the training "
-             "pairs" for split in ("validation", "test")},
         )  # fmt: skip
 
     def metric(self, data) -> str:
@@ -219,14 +218,9 @@ class Translation(study.Study):
 
     def describe(self, data, s, records) -> dict:
         return {
-            "validation": data.names["validation"],
-            "test": data.names["test"],
-            "vocab_size": len(data.prepared.tokenizer),
-            "width": s.width,
             "train_pairs": data.pairs,
             "validation_pairs": len(data.prepared.held_out["eval"]),
             "test_pairs": len(data.prepared.held_out["test"]),
-            "train_tokens": data.train_tokens,
             "mean_source_tokens": data.lengths[0],
             "mean_target_tokens": data.lengths[1],
             "alignment_source": data.alignment_source,
@@ -250,13 +244,7 @@ def run(**options) -> dict:
     return LINEAGE.run(Options(**options))
 
 
-def build(name: str, s, size: int, vocab_size: int, device: str = "meta"):
-    """The member `name`, on the meta device by default: shapes only, for counting."""
-    return study.build(LINEAGE.row(name), s, size, vocab_size, LINEAGE.auto_class, device)
-
-
-def matched_size(name: str, s, vocab_size: int, target: int | None = None) -> int:
-    return study.matched_size_of(LINEAGE.row(name), s, vocab_size, LINEAGE.auto_class, target, LINEAGE.size_limit)
+build, matched_size = LINEAGE.build, LINEAGE.matched_size
 
 
 # ---------------------------------------------------------------------------------------------- data and pictures

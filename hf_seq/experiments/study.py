@@ -120,6 +120,7 @@ class StudyData:
     train_tokens: int
     tokens_per_step: int
     eval_examples: int  # the validation examples the runs' periodic evaluations score
+    names: dict  # how the reports name the validation and test splits
 
 
 @dataclass
@@ -208,6 +209,14 @@ class Study:
                 )
             own[knob] = check_value(f"{member}.{knob}", value, type(own[knob]))
 
+    def build(self, name: str, s, size: int, vocab_size: int, device: str = "meta"):
+        """The member `name` at `size`, on the meta device by default: shapes only."""
+        return build(self.row(name), s, size, vocab_size, self.auto_class, device)
+
+    def matched_size(self, name: str, s, vocab_size: int, target: int | None = None) -> int:
+        """The size parameter of `name` whose non-embedding count is closest to `target` (default: the settings')."""
+        return matched_size_of(self.row(name), s, vocab_size, self.auto_class, target, self.size_limit)
+
     # ---------------------------------------------------------------------------------------- hooks
     def prepare(self, s, options: Options, output_dir: Path) -> StudyData:
         raise NotImplementedError
@@ -258,7 +267,8 @@ class Study:
         records = loop.train_all(members, sizes)
         budget = budget_text(given, s.budget_tokens, self.budget_unit)
         metric = self.metric(data)
-        result = {"task": self.name, "corpus": data.corpus_name, "quick": options.quick}
+        result = {"task": self.name, "corpus": data.corpus_name, "quick": options.quick} | data.names
+        result |= {"vocab_size": len(data.prepared.tokenizer), "width": s.width, "train_tokens": data.train_tokens}
         result |= self.describe(data, s, records)
         result |= {
             "budget": budget,
