@@ -61,6 +61,8 @@ PIPELINES = {
 
 # Tooling modules documented beside the models, with the names a user calls.
 TOOLS = {
+    "hf_seq.runs": "A run as a value: RunResult, finished runs, hf-seq evaluate",
+    "hf_seq.experiments.study": "The study runner the lineages share",
     "hf_seq.tokenization": "Tokenizers",
     "hf_seq.evaluation": "Evaluation",
     "hf_seq.convert": "Conversion to and from transformers",
