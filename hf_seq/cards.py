@@ -141,12 +141,48 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
     if isinstance(dataset, list):
         dataset = ", ".join(map(str, dataset))
     card_extra = (recipe or {}).get("card", {})
-
     measured = {k: v for k, v in (metrics or {}).items() if k in METRIC_NAMES and v is not None}
+    metadata = card_metadata(config, auto_class, recipe, repo_id, dataset, hub_datasets, measured)
+
+    if recipe:
+        recipe_text = "```yaml\n" + yaml.safe_dump(recipe, sort_keys=False) + "```"
+    else:
+        recipe_text = "Not recorded: this model was not trained by `hf-seq train`."
+    description = card_extra.get(
+        "description", f"A `{fam.config}` model of the hf-seq `{fam.name}` family, trained from scratch."
+    )
+    limitations = card_extra.get(
+        "limitations",
+        "A small research and teaching model trained from scratch on a small corpus: it shows how its architecture "
+        "learns, not a production system. Outputs are often wrong or incoherent; do not rely on them for any "
+        "decision. Its behaviour outside the training data's domain has not been evaluated.",
+    )
+    text = template().format(
+        metadata=yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True).strip(),
+        title=repo_id,
+        description=description,
+        architecture=describe_architecture(config),
+        training_data=describe_training_data(recipe, dataset),
+        training_recipe=recipe_text,
+        evaluation=describe_evaluation(metrics, measured),
+        auto_class=auto_class,
+        repo_id=repo_id,
+        usage=usage_example(metadata["pipeline_tag"], repo_id),
+        limitations=limitations,
+    )
+    path = folder / "README.md"
+    path.write_text(text)
+    return path
+
+
+def card_metadata(config, auto_class: str, recipe, repo_id: str, dataset, hub_datasets, measured: dict) -> dict:
+    """The card's YAML header: library, pipeline tag and tags (from the run's task entry when it has one, else from
+    the model's Auto class), license, language, Hub datasets, and the measured metrics as a model-index."""
+    card_extra = (recipe or {}).get("card", {})
     metadata = {
         "library_name": "transformers",
         "pipeline_tag": PIPELINE_TAGS.get(auto_class, "feature-extraction"),
-        "tags": ["hf-seq", fam.name, config.model_type],
+        "tags": ["hf-seq", get_family(config.model_type).name, config.model_type],
         "license": card_extra.get("license", "apache-2.0"),
     }
     if (recipe or {}).get("task"):  # a trained run: its task entry tags the card (a bare model: its Auto class)
@@ -175,79 +211,63 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
                 ],
             }
         ]
+    return metadata
 
-    if recipe:
-        recipe_text = "```yaml\n" + yaml.safe_dump(recipe, sort_keys=False) + "```"
-        data = recipe.get("data", {})
-        training_data = DATA_DESCRIPTIONS.get(dataset, f"`{dataset}`")
-        if recipe.get("task") == "seq2seq" and dataset == "gettext":
-            training_data += f" ({data.get('source_language', 'en')} → {data.get('target_language', 'fr')})"
-    else:
-        recipe_text = "Not recorded: this model was not trained by `hf-seq train`."
-        training_data = "Not recorded."
-    if measured:
-        rows = [f"| {METRIC_NAMES[k][1]} | {float(v):.4g} |" for k, v in measured.items()]
-        extra = ""
-        if metrics.get("steps"):
-            extra = (
-                f"\n\nMeasured by the training run on its held-out split after {metrics['steps']} steps "
-                f"({metrics.get('tokens', 0):,} training tokens, {metrics.get('seconds', 0):.0f} s)."
+
+def describe_training_data(recipe, dataset) -> str:
+    """An embedded dataset in words (with the language pair of the gettext translations), any other by its name."""
+    if not recipe:
+        return "Not recorded."
+    data = recipe.get("data", {})
+    training_data = DATA_DESCRIPTIONS.get(dataset, f"`{dataset}`")
+    if recipe.get("task") == "seq2seq" and dataset == "gettext":
+        training_data += f" ({data.get('source_language', 'en')} → {data.get('target_language', 'fr')})"
+    return training_data
+
+
+def describe_evaluation(metrics: dict | None, measured: dict) -> str:
+    """The measured metrics as a table, then how they were measured: after how much training, on how many
+    processes, on how much of each split, how translations were decoded, what bits per byte means."""
+    if not measured:
+        return "No evaluation was recorded for this model."
+    rows = [f"| {METRIC_NAMES[k][1]} | {float(v):.4g} |" for k, v in measured.items()]
+    extra = ""
+    if metrics.get("steps"):
+        extra = (
+            f"\n\nMeasured by the training run on its held-out split after {metrics['steps']} steps "
+            f"({metrics.get('tokens', 0):,} training tokens, {metrics.get('seconds', 0):.0f} s)."
+        )
+        if metrics.get("distributed_type"):
+            extra += " " + describe_distributed(metrics)
+    for prefix, split in (("eval", "validation"), ("test", "test")):
+        scored, total = metrics.get(f"{prefix}_examples"), metrics.get(f"{prefix}_examples_total")
+        if scored:
+            what = (
+                f"{scored} of {total} examples (capped by `data.eval_examples`)" if total else f"all {scored} examples"
             )
-            if metrics.get("distributed_type"):
-                extra += " " + describe_distributed(metrics)
-        for prefix, split in (("eval", "validation"), ("test", "test")):
-            scored, total = metrics.get(f"{prefix}_examples"), metrics.get(f"{prefix}_examples_total")
-            if scored:
-                what = (
-                    f"{scored} of {total} examples (capped by `data.eval_examples`)"
-                    if total
-                    else f"all {scored} examples"
-                )
-                counted = (
-                    f", {metrics[f'{prefix}_tokens']:,} tokens, {metrics[f'{prefix}_bytes']:,} bytes"
-                    if f"{prefix}_tokens" in metrics
-                    else ""
-                )
-                extra += f" The {split} figures score {what}{counted}."
-        if metrics.get("eval_bleu_signature"):
-            extra += " " + describe_decoding(metrics)
+            counted = (
+                f", {metrics[f'{prefix}_tokens']:,} tokens, {metrics[f'{prefix}_bytes']:,} bytes"
+                if f"{prefix}_tokens" in metrics
+                else ""
+            )
+            extra += f" The {split} figures score {what}{counted}."
+    if metrics.get("eval_bleu_signature"):
+        extra += " " + describe_decoding(metrics)
+    if "eval_bits_per_byte" in measured:
         extra += (
             " Bits per byte is the total NLL in bits over the UTF-8 bytes of the scored text: it compares models with"
             " different tokenizers."
-            if "eval_bits_per_byte" in measured
-            else ""
         )
-        evaluation = "| metric | value |\n|---|---|\n" + "\n".join(rows) + extra
-    else:
-        evaluation = "No evaluation was recorded for this model."
-    usage = {
-        "text-generation": 'from transformers import pipeline\n\nprint(pipeline("text-generation", model="{r}", trust_remote_code=True)("def ", max_new_tokens=20))',
-        "fill-mask": 'from transformers import pipeline\n\nprint(pipeline("fill-mask", model="{r}", trust_remote_code=True)("import [MASK]"))',
-        "translation": 'import hf_seq  # registers the translation pipeline (transformers 5 removed its own)\nfrom transformers import pipeline\n\nprint(pipeline("translation", model="{r}")("Open file"))',
-    }.get(metadata["pipeline_tag"])
-    usage = f"```python\n{usage.format(r=repo_id)}\n```" if usage else ""
-    description = card_extra.get(
-        "description", f"A `{fam.config}` model of the hf-seq `{fam.name}` family, trained from scratch."
-    )
-    limitations = card_extra.get(
-        "limitations",
-        "A small research and teaching model trained from scratch on a small corpus: it shows how its architecture "
-        "learns, not a production system. Outputs are often wrong or incoherent; do not rely on them for any "
-        "decision. Its behaviour outside the training data's domain has not been evaluated.",
-    )
-    text = template().format(
-        metadata=yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True).strip(),
-        title=repo_id,
-        description=description,
-        architecture=describe_architecture(config),
-        training_data=training_data,
-        training_recipe=recipe_text,
-        evaluation=evaluation,
-        auto_class=auto_class,
-        repo_id=repo_id,
-        usage=usage,
-        limitations=limitations,
-    )
-    path = folder / "README.md"
-    path.write_text(text)
-    return path
+    return "| metric | value |\n|---|---|\n" + "\n".join(rows) + extra
+
+
+USAGE = {  # pipeline tag -> how to use a model of that tag ({r}: the repo id)
+    "text-generation": 'from transformers import pipeline\n\nprint(pipeline("text-generation", model="{r}", trust_remote_code=True)("def ", max_new_tokens=20))',
+    "fill-mask": 'from transformers import pipeline\n\nprint(pipeline("fill-mask", model="{r}", trust_remote_code=True)("import [MASK]"))',
+    "translation": 'import hf_seq  # registers the translation pipeline (transformers 5 removed its own)\nfrom transformers import pipeline\n\nprint(pipeline("translation", model="{r}")("Open file"))',
+}
+
+
+def usage_example(pipeline_tag: str, repo_id: str) -> str:
+    usage = USAGE.get(pipeline_tag)
+    return f"```python\n{usage.format(r=repo_id)}\n```" if usage else ""
