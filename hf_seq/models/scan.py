@@ -80,9 +80,9 @@ operations per chunk. On a CPU its (B, E, N, L) intermediates (50 MB for a batch
 not fit in the caches, and a dozen passes over them from memory cost more than the arithmetic. `StepwiseScan` runs
 the recurrence one step at a time instead, x_t = b_t + exp(a_t) x_{t-1} as one fused multiply-add, over blocks of
 steps small enough to stay in the cache, with everything that does not depend on the previous step (exp(a_t), b_t,
-the outputs, and in the backward pass the gradients of Delta, A, Delta u, B and C) done once per block. It is the
-same function (tests/test_ssm.py compares both with a plain loop and with finite differences); `selective_scan`
-uses the stepwise form on a CPU and the chunked one elsewhere.
+the outputs, and in the backward pass the gradients of Delta, A, Delta u, B and C) done once per block. Both equal
+the definition, `selective_scan_reference`, the recurrence as a plain loop at the top of this file (tests/test_scan.py
+compares them, values and gradients); `selective_scan` uses the stepwise form on a CPU and the chunked one elsewhere.
 
 Shapes: B batch, H (S4D) or E (Mamba) channels, L or T time steps, M modes (N/2 complex or N real), N state size.
 """
@@ -93,6 +93,19 @@ from torch import nn
 LOG_DECAY_FLOOR = -20.0  # Delta A per step, at least: exp(-20) ~ 2e-9
 MAX_CHUNK = 4  # steps the scan computes at once: exp(4 * 20) times an input stays inside float32's range
 BLOCK_ELEMENTS = 2**18  # the stepwise scan's blocks: T x B x E x N about this many values (1 MB per tensor)
+
+
+def selective_scan_reference(u, delta, A, B, C, D, state=None):
+    """Mamba's selective scan by its definition, one step at a time (mamba-minimal's `selective_scan`, the loop of
+    transformers' `MambaMixer.slow_forward`): x_t = exp(Delta_t A) x_{t-1} + Delta_t B_t u_t, y_t = C_t x_t + D u_t.
+    u and delta (B, E, L), A (E, N), B and C (B, L, N), D (E,), state (B, E, N) or None (zeros) -> y (B, E, L), the
+    state after the last step. What `SelectiveScan` and `StepwiseScan` compute faster."""
+    x = u.new_zeros(*u.shape[:2], A.shape[-1]) if state is None else state
+    ys = []
+    for t in range(u.shape[-1]):
+        x = torch.exp(delta[:, :, t, None] * A) * x + (delta[:, :, t] * u[:, :, t])[..., None] * B[:, None, t]
+        ys.append(torch.einsum("ben,bn->be", x, C[:, t]))
+    return torch.stack(ys, -1) + D[:, None] * u, x
 
 
 def zoh_discretize(log_dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor):
@@ -173,15 +186,21 @@ def linear_recurrence(a, b, x0, chunk_size):
     return states.flatten(-2)[..., :length]
 
 
+def _chunked_inputs(delta, A, du, B):
+    """The recurrence's a_t = Delta_t A before and after the floor, and b_t = Delta_t B_t u_t: (B, E, N, L) each."""
+    a_raw = delta[:, :, None] * A[None, :, :, None]
+    b = du[:, :, None] * B.transpose(1, 2)[:, None]
+    return a_raw, a_raw.clamp(min=LOG_DECAY_FLOOR), b
+
+
 class SelectiveScan(torch.autograd.Function):
-    """The selective scan's sum_n C_t x_t (B, E, L) and last state, from Delta (B, E, L), A (E, N), Delta u (B, E, L),
-    B and C (B, L, N) and the entering state (B, E, N); its backward is the reverse recurrence."""
+    """`selective_scan_reference` (without the skip D u) in chunks of steps (the module docstring): sum_n C_t x_t
+    (B, E, L) and the last state, from Delta (B, E, L), A (E, N), Delta u (B, E, L), B and C (B, L, N) and the
+    entering state (B, E, N). Equals the reference up to the decay floor; its backward is the reverse recurrence."""
 
     @staticmethod
     def forward(ctx, delta, A, du, B, C, x0, chunk_size):
-        a_raw = delta[:, :, None] * A[None, :, :, None]
-        a = a_raw.clamp(min=LOG_DECAY_FLOOR)
-        b = du[:, :, None] * B.transpose(1, 2)[:, None]
+        _, a, b = _chunked_inputs(delta, A, du, B)
         states = linear_recurrence(a, b, x0, chunk_size)
         y = torch.einsum("benl,bln->bel", states, C)
         ctx.save_for_backward(delta, A, du, B, C, x0)
@@ -191,9 +210,7 @@ class SelectiveScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gy, g_last):
         delta, A, du, B, C, x0 = ctx.saved_tensors
-        a_raw = delta[:, :, None] * A[None, :, :, None]
-        a = a_raw.clamp(min=LOG_DECAY_FLOOR)
-        b = du[:, :, None] * B.transpose(1, 2)[:, None]
+        a_raw, a, b = _chunked_inputs(delta, A, du, B)
         states = linear_recurrence(a, b, x0, ctx.chunk_size)
         # the adjoint g_t = dLoss/dx_t = C_t gy_t + exp(a_{t+1}) g_{t+1}; the last step also gets g_last
         h = gy[:, :, None] * C.transpose(1, 2)[:, None]
@@ -214,12 +231,13 @@ class SelectiveScan(torch.autograd.Function):
 
 
 class StepwiseScan(torch.autograd.Function):
-    """The same inputs and outputs as `SelectiveScan`, the recurrence run one time step at a time (for CPUs: see the
-    module docstring), in blocks of steps whose (T, B, E, N) tensors fit in a cache: per block, exp(a_t) and b_t for
-    every step in one operation each, then one fused multiply-add per step, x_t = b_t + exp(a_t) x_{t-1}, then the
-    block's outputs in one product. The backward pass recomputes each block's states from the state entering it
-    (kept by the forward pass), runs the adjoint recurrence g_t = C_t dL/dy_t + exp(a_{t+1}) g_{t+1} (again one
-    multiply-add per step), and takes the gradients of the block's inputs from the states and adjoints at once."""
+    """The same inputs and outputs as `SelectiveScan`, and like it equal to `selective_scan_reference` up to the
+    decay floor: the recurrence run one time step at a time (for CPUs: see the module docstring), in blocks of steps
+    whose (T, B, E, N) tensors fit in a cache: per block, exp(a_t) and b_t for every step in one operation each, then
+    one fused multiply-add per step, x_t = b_t + exp(a_t) x_{t-1}, then the block's outputs in one product. The
+    backward pass recomputes each block's states from the state entering it (kept by the forward pass), runs the
+    adjoint recurrence g_t = C_t dL/dy_t + exp(a_{t+1}) g_{t+1} (again one multiply-add per step), and takes the
+    gradients of the block's inputs from the states and adjoints at once."""
 
     @staticmethod
     def forward(ctx, delta, A, du, B, C, x0, chunk_size=None):
@@ -327,6 +345,7 @@ __all__ = [
     "SelectiveScan",
     "StepwiseScan",
     "selective_scan",
+    "selective_scan_reference",
     "selective_step",
     "zoh_discretize",
 ]
