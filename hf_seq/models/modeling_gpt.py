@@ -26,7 +26,6 @@ from transformers.modeling_outputs import (
     CausalLMOutputWithPast,
     MoeCausalLMOutputWithPast,
     MoeModelOutputWithPast,
-    SequenceClassifierOutputWithPast,
 )
 from transformers.utils import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -40,14 +39,13 @@ from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
     IndexOutOfRangeError,
+    LastTokenSequenceClassification,
     cache_argument,
     cache_field,
     cache_of,
     check_attention_mask,
     check_input_ids,
-    last_token_indices,
     positions_from_attention_mask,
-    sequence_classification_loss,
 )
 
 
@@ -318,47 +316,10 @@ def _aux_loss_share(labels: torch.Tensor, kwargs: dict) -> torch.Tensor | float:
 GPTForCausalLM.forward.__signature__ = inspect.signature(GPTForCausalLM.forward)
 
 
-class GPTForSequenceClassification(GPTPreTrainedModel):
+class GPTForSequenceClassification(LastTokenSequenceClassification, GPTPreTrainedModel):
     """Classifies a sequence from the hidden state of its last real token (the only one that has seen them all)."""
 
-    def __init__(self, config: GPTConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = GPTModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
-        self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        num_items_in_batch: torch.Tensor | int | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutputWithPast:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state
-        last = last_token_indices(input_ids, attention_mask, self.config.pad_token_id, hidden_states.shape[0])
-        pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
-        logits = self.score(self.dropout(pooled))
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.loss_function, logits, labels, self.config, num_items_in_batch)
-        return SequenceClassifierOutputWithPast(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+    backbone_class = GPTModel
 
 
 __all__ = ["GPTPreTrainedModel", "GPTModel", "GPTForCausalLM", "GPTForSequenceClassification"]

@@ -43,10 +43,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPast,
-    SequenceClassifierOutputWithPast,
-)
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import can_return_tuple
 
 from .configuration_ssm import SSMConfig
@@ -56,13 +53,10 @@ from .scan import s4d_convolution, s4d_step, selective_scan, selective_step, zoh
 from .state import SSMState
 from .utils import (
     CheckedGenerationMixin,
-    CheckedPreTrainedModel,
+    LastTokenSequenceClassification,
     StatefulCausalLMHead,
-    cache_argument,
+    StatefulPreTrainedModel,
     cache_field,
-    last_token_indices,
-    sequence_classification_loss,
-    stateful_inputs,
 )
 
 
@@ -171,12 +165,12 @@ class MambaMixer(nn.Module):
 
     def forward(self, hidden_states, mask=None, ssm_state=None, conv_state=None, return_state=False):
         """hidden_states (B, T, H) -> (B, T, H), the SSM state (B, E, N) and the convolution's queue, its last
-        kernel - 1 inputs (B, kernel - 1, E), after the last token (the queue None unless asked)."""
+        kernel - 1 inputs (B, kernel - 1, E), after the last token."""
         x, z = self.in_proj(hidden_states).chunk(2, dim=-1)  # (B, T, E) each
         if mask is not None:
             x = x * mask[..., None]
-        queue = self.conv1d.queue_after(x, conv_state) if return_state else None
-        x = F.silu(self.conv1d(x, conv_state))
+        x, queue = self.conv1d(x, conv_state)
+        x = F.silu(x)
         if mask is not None:
             x = x * mask[..., None]
         dt, B, C = self.x_proj(x).split(self.split, dim=-1)  # (B, T, R), (B, T, N), (B, T, N)
@@ -210,17 +204,10 @@ class SSMBlock(GradientCheckpointingLayer):
         return residual + self.dropout(out), ssm_state, conv_state
 
 
-class SSMPreTrainedModel(CheckedPreTrainedModel):
+class SSMPreTrainedModel(StatefulPreTrainedModel):
     config_class = SSMConfig
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
+    state_class = SSMState
     _no_split_modules = ["SSMBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
-    _is_stateful = True  # generate refuses assisted decoding: a state cannot be rewound to drop rejected tokens
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model creates its own SSMState; generate must not build a key/value cache
 
     def _init_weights(self, module):
         super()._init_weights(module)  # linears and embeddings N(0, initializer_range), biases 0, norms 1
@@ -240,12 +227,6 @@ class SSMModel(SSMPreTrainedModel):
         self.norm = make_norm(norm_type, config.hidden_size, config.layer_norm_eps)
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.embed_tokens = value
-
     @can_return_tuple
     def forward(
         self,
@@ -259,44 +240,28 @@ class SSMModel(SSMPreTrainedModel):
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (either side). `past_key_values`: the
         state a previous call returned (None: zeros)."""
-        past_key_values = cache_argument(past_key_values, kwargs)
-        config = self.config
-        inputs_embeds, past_length = stateful_inputs(
-            self,
-            input_ids,
-            inputs_embeds,
-            past_key_values,
-            attention_mask,
-            SSMState,
-            "a state-space model keeps no key/value cache",
+        inputs = self.stateful_inputs(
+            input_ids, inputs_embeds, past_key_values, attention_mask, use_cache, output_hidden_states, kwargs
         )
-        batch_size, seq_len = inputs_embeds.shape[:2]
-        if attention_mask is not None and attention_mask.dim() != 2:
-            raise ValueError("SSMModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
-        mask = attention_mask[:, -seq_len:].to(inputs_embeds.dtype) if attention_mask is not None else None
-        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-
-        hidden_states, all_hidden_states, ssm_states, conv_states = inputs_embeds, [inputs_embeds], [], []
-        for i, layer in enumerate(self.layers):
-            ssm_state, conv_state = None, None
-            if past_key_values is not None:
-                ssm_state, conv_state = past_key_values.ssm_states[i], past_key_values.conv_states
-                conv_state = conv_state[i] if conv_state is not None else None
-            hidden_states, ssm_state, conv_state = layer(hidden_states, mask, ssm_state, conv_state, use_cache)
+        past = inputs.state.layers() if inputs.state is not None else [(None, None)] * len(self.layers)
+        hidden_states, all_hidden_states, ssm_states, conv_states = inputs.embeds, [inputs.embeds], [], []
+        for layer, (ssm_state, conv_state) in zip(self.layers, past):
+            hidden_states, ssm_state, conv_state = layer(
+                hidden_states, inputs.mask, ssm_state, conv_state, inputs.use_cache
+            )
             all_hidden_states.append(hidden_states)
             ssm_states.append(ssm_state)
             conv_states.append(conv_state)
         hidden_states = self.norm(hidden_states.to(self.norm.weight.dtype))
         all_hidden_states[-1] = hidden_states  # the last entry is the output, as in transformers' models
         state = None
-        if use_cache:
-            conv = torch.stack(conv_states) if config.ssm_type == "mamba" else None
-            state = SSMState(torch.stack(ssm_states), conv, seen_tokens=past_length + seq_len)
+        if inputs.use_cache:
+            conv = torch.stack(conv_states) if self.config.ssm_type == "mamba" else None
+            state = inputs.state_after(torch.stack(ssm_states), conv)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
             **cache_field(state),
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            hidden_states=tuple(all_hidden_states) if inputs.output_hidden_states else None,
         )
 
 
@@ -312,39 +277,10 @@ class SSMForCausalLM(StatefulCausalLMHead, SSMPreTrainedModel, CheckedGeneration
         self.post_init()
 
 
-class SSMForSequenceClassification(SSMPreTrainedModel):
+class SSMForSequenceClassification(LastTokenSequenceClassification, SSMPreTrainedModel):
     """Classifies a sequence from the top state at its last real token (the only one that has read them all)."""
 
-    def __init__(self, config: SSMConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = SSMModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
-        self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        num_items_in_batch: torch.Tensor | int | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutputWithPast:
-        outputs = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, use_cache=False, **kwargs
-        )
-        hidden_states = outputs.last_hidden_state
-        last = last_token_indices(input_ids, attention_mask, self.config.pad_token_id, hidden_states.shape[0])
-        pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
-        logits = self.score(self.dropout(pooled))
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.loss_function, logits, labels, self.config, num_items_in_batch)
-        return SequenceClassifierOutputWithPast(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+    backbone_class = SSMModel
 
 
 __all__ = ["SSMPreTrainedModel", "SSMModel", "SSMForCausalLM", "SSMForSequenceClassification"]

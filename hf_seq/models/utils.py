@@ -1,12 +1,19 @@
-"""Input checks and index helpers shared by the model families."""
+"""Input checks, index helpers and the bases and heads shared by the model families."""
 
 import copy
 import inspect
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from safetensors import SafetensorError
+from torch import nn
 from transformers import CompileConfig, GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    SequenceClassifierOutputWithPast,
+)
 from transformers.utils import can_return_tuple
 
 # transformers 5.24 renamed generate()'s cache argument and the outputs' field from `past_key_values` to `cache`
@@ -58,27 +65,6 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch_size: int, t
             f"attention_mask has shape {tuple(attention_mask.shape)}, expected (batch_size, past + input length) = "
             f"({batch_size}, {total_length}): 1 for tokens to attend to, 0 for padding."
         )
-
-
-def stateful_inputs(model, input_ids, inputs_embeds, past_key_values, attention_mask, state_class, keeps: str):
-    """The checks at the top of a stateful backbone's forward (RNN, fixed window, WaveNet, SSM), then the embedded
-    inputs and the length already seen: exactly one of input_ids / inputs_embeds, ids inside the vocabulary, a
-    `past_key_values` of the family's own state class (`keeps`: what it holds instead of keys and values), and an
-    attention mask that covers past and new tokens."""
-    name = type(model).__name__
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError(f"{name}: pass exactly one of input_ids or inputs_embeds.")
-    if past_key_values is not None and not isinstance(past_key_values, state_class):
-        raise TypeError(
-            f"{name}: past_key_values must be the {state_class.__name__} a previous call returned, not "
-            f"{type(past_key_values).__name__} ({keeps})."
-        )
-    check_input_ids(input_ids, inputs_embeds, model.embed_tokens.num_embeddings)
-    if inputs_embeds is None:
-        inputs_embeds = model.embed_tokens(input_ids)
-    past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-    check_attention_mask(attention_mask, inputs_embeds.shape[0], past_length + inputs_embeds.shape[1])
-    return inputs_embeds, past_length
 
 
 def check_input_ids(
@@ -229,7 +215,7 @@ class CheckedPreTrainedModel(PreTrainedModel):
         # transformers' generate() reads the signature of a remote-code model's forward at every decoding step (to
         # see whether it still takes `cache_position`); unwrapping the decorators costs about 0.17 ms each time, so
         # a 32-token beam search spent 2% of its time there. The signature is fixed when the class is made.
-        # its own forward, or one a mixin of this module gives it (StatefulCausalLMHead); never torch's
+        # its own forward, or one a mixin of this module gives it (the heads below); never torch's
         owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
         forward = owner.__dict__["forward"]
         if (owner is cls or owner.__module__ == __name__) and "__signature__" not in forward.__dict__:
@@ -400,4 +386,119 @@ class StatefulCausalLMHead:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
+        )
+
+
+@dataclass
+class StatefulInputs:
+    """What a stateful backbone's forward starts from, checked (`StatefulPreTrainedModel.stateful_inputs`).
+
+    `embeds` (B, T, D), the embedded inputs; `state`: the state a previous call returned (None: the sequence starts here); `mask`
+    (B, T): this call's part of the attention mask, 1 on real tokens and 0 on padding, in the embeddings' dtype (None:
+    no padding); `use_cache` and `output_hidden_states` with the config's defaults applied."""
+
+    embeds: torch.Tensor
+    state: object | None
+    mask: torch.Tensor | None
+    use_cache: bool
+    output_hidden_states: bool
+    seen_tokens: int  # after this call: the state's tokens and this call's
+    state_class: type
+
+    def state_after(self, *fields):
+        """The family's state after this call, from its fields (in the state class's order)."""
+        return self.state_class(*fields, seen_tokens=self.seen_tokens)
+
+
+class StatefulPreTrainedModel(CheckedPreTrainedModel):
+    """The base of the families that carry their own state between calls (RNN, fixed window, WaveNet, SSM) instead of
+    a key/value cache: the state is an explicit object of `state_class` (models/state.py), returned under the cache
+    field and taken back. A family sets `config_class`, `state_class` and `_no_split_modules`."""
+
+    state_class: ClassVar[type]
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _skip_keys_device_placement = ["past_key_values"]
+    _is_stateful = True  # generate refuses assisted decoding: a state cannot be rewound to drop rejected tokens
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model creates its own state; generate must not build a key/value cache
+
+    def stateful_inputs(
+        self, input_ids, inputs_embeds, past_key_values, attention_mask, use_cache, output_hidden_states, kwargs
+    ) -> StatefulInputs:
+        """The checks at the top of a stateful backbone's forward, then what it computes from: exactly one of
+        input_ids / inputs_embeds, ids inside the vocabulary, a state of the family's own class (under
+        `past_key_values`, or `cache` in `kwargs`), and a 2D attention mask that covers past and new tokens."""
+        name, state_class = type(self).__name__, self.state_class
+        state = cache_argument(past_key_values, kwargs)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"{name}: pass exactly one of input_ids or inputs_embeds.")
+        if state is not None and not isinstance(state, state_class):
+            raise TypeError(
+                f"{name}: past_key_values must be the {state_class.__name__} a previous call returned, not "
+                f"{type(state).__name__} ({state_class.holds})."
+            )
+        check_input_ids(input_ids, inputs_embeds, self.embed_tokens.num_embeddings)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch_size, seq_len = inputs_embeds.shape[:2]
+        past_length = state.get_seq_length() if state is not None else 0
+        check_attention_mask(attention_mask, batch_size, past_length + seq_len)
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError(f"{name}: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
+        config = self.config
+        return StatefulInputs(
+            embeds=inputs_embeds,
+            state=state,
+            mask=None if attention_mask is None else attention_mask[:, -seq_len:].to(inputs_embeds.dtype),
+            use_cache=(config.use_cache and not self.training) if use_cache is None else use_cache,
+            output_hidden_states=config.output_hidden_states if output_hidden_states is None else output_hidden_states,
+            seen_tokens=past_length + seq_len,
+            state_class=state_class,
+        )
+
+
+class LastTokenSequenceClassification:
+    """A sequence classifier that reads the top hidden state at each row's last real token, the only one that has
+    read the whole sequence in a causal model (GPT, SSM; transformers' `*ForSequenceClassification` of decoder-only
+    models). Put it before the family's PreTrainedModel among the bases and set `backbone_class`, the family's base
+    model; `score` has no bias, as in transformers."""
+
+    backbone_class: ClassVar[type]
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = self.backbone_class(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutputWithPast:
+        """The last real token is found from `attention_mask`, else from `config.pad_token_id` (padding on either
+        side). Other arguments (e.g. `position_ids`) go to the backbone."""
+        outputs = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, use_cache=False, **kwargs
+        )
+        hidden_states = outputs.last_hidden_state
+        last = last_token_indices(input_ids, attention_mask, self.config.pad_token_id, hidden_states.shape[0])
+        pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+        logits = self.score(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.loss_function, logits, labels, self.config, num_items_in_batch)
+        return SequenceClassifierOutputWithPast(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
