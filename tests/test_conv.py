@@ -4,8 +4,9 @@ and the WaveNet-style language model: the shared tester, plus its receptive fiel
 import pytest
 import torch
 
-from hf_seq import ConvConfig, ConvForCausalLM, ConvModel, ConvState
+from hf_seq import ConvConfig, ConvForCausalLM, ConvModel, ConvState, WindowState
 from hf_seq.models.convolution import CausalConv1d
+from hf_seq.models.state import QueueState
 from tests.tester import FIRST_WORD, ModelTesterMixin
 
 SHAPES = [  # kernel_size, dilation, groups, in_channels, out_channels
@@ -30,7 +31,7 @@ def test_conv_is_the_equation(shape):
     conv = make_conv(*shape)
     x = torch.randn(2, 11, c_in)
     with torch.no_grad():
-        y = conv(x)
+        y, _ = conv(x)
     per_group_in, per_group_out = c_in // groups, c_out // groups
     expected = conv.bias.expand(2, 11, c_out).clone()
     for t in range(11):
@@ -50,14 +51,14 @@ def test_step_by_step_equals_full_convolution(shape):
     conv = make_conv(*shape)
     x = torch.randn(3, 17, shape[3])
     with torch.no_grad():
-        full = conv(x)
+        full, last_queue = conv(x)
         queue = conv.empty_queue(3, x.dtype, x.device)
         steps = []
         for t in range(x.shape[1]):
             y, queue = conv.step(x[:, t], queue)
             steps.append(y)
     torch.testing.assert_close(torch.stack(steps, 1), full, rtol=0, atol=1e-6)
-    torch.testing.assert_close(queue, conv.queue_after(x))
+    torch.testing.assert_close(queue, last_queue)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -66,11 +67,11 @@ def test_forward_from_a_queue_continues_the_sequence(shape):
     conv = make_conv(*shape)
     x = torch.randn(2, 13, shape[3])
     with torch.no_grad():
-        full = conv(x)
-        queue = conv.queue_after(x[:, :5])
-        rest = conv(x[:, 5:], queue)
-    torch.testing.assert_close(torch.cat([conv(x[:, :5]), rest], 1), full, rtol=0, atol=1e-6)
-    torch.testing.assert_close(conv.queue_after(x[:, 5:], queue), conv.queue_after(x))
+        full, last_queue = conv(x)
+        start, queue = conv(x[:, :5])
+        rest, rest_queue = conv(x[:, 5:], queue)
+    torch.testing.assert_close(torch.cat([start, rest], 1), full, rtol=0, atol=1e-6)
+    torch.testing.assert_close(rest_queue, last_queue)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -79,10 +80,10 @@ def test_output_t_reads_exactly_inputs_t_minus_i_d(shape):
     conv = make_conv(*shape)
     x = torch.randn(1, 20, c_in)
     with torch.no_grad():
-        base = conv(x)
+        base, _ = conv(x)
         changed = x.clone()
         changed[0, 6] += 1.0
-        moved = ~torch.isclose(conv(changed), base, atol=1e-7).all(-1)[0]
+        moved = ~torch.isclose(conv(changed)[0], base, atol=1e-7).all(-1)[0]
     assert moved.nonzero().flatten().tolist() == [6 + i * d for i in range(k)]
 
 
@@ -200,11 +201,26 @@ def test_state_holds_each_layers_last_inputs():
         out = model(ids, use_cache=True)
     state = out.past_key_values
     assert isinstance(state, ConvState) and state.get_seq_length() == 20
-    assert state.hidden.shape == (2, model.config.receptive_field - 1, 8)
+    queues = state.conv_states
+    assert [q.shape for q in queues] == [(2, layer.dilated_conv.queue_size, 8) for layer in model.model.layers]
+    assert sum(q.shape[1] for q in queues) == model.config.receptive_field - 1
     # the first layer's queue (dilation 1, k = 2) is the last token's embedding
-    torch.testing.assert_close(state.hidden[:, :1], model.model.embed_tokens(ids[:, -1:]))
+    torch.testing.assert_close(queues[0], model.model.embed_tokens(ids[:, -1:]))
     state.reorder_cache(torch.tensor([1, 1]))
-    assert torch.equal(state.hidden[0], state.hidden[1])
+    assert all(torch.equal(q[0], q[1]) for q in state.conv_states) and state.batch_size == 2
+
+
+def test_queue_state_batch_operations_cover_every_layers_queue():
+    """One QueueState serves the window and the conv LM; its per-layer queues move together in beam search."""
+    first = torch.arange(3.0).view(3, 1, 1).requires_grad_()
+    state = QueueState((first * 1, torch.arange(3.0).view(3, 1, 1).expand(3, 2, 1) + 10), seen_tokens=5)
+    assert ConvState is QueueState and WindowState is QueueState
+    state.reorder_cache(torch.tensor([2, 2, 0]))
+    assert [q[:, 0, 0].tolist() for q in state.conv_states] == [[2, 2, 0], [12, 12, 10]]
+    state.batch_repeat_interleave(2)
+    assert state.batch_size == 6 and state.conv_states[1].shape == (6, 2, 1) and state.get_seq_length() == 5
+    detached = state.detach()
+    assert state.conv_states[0].requires_grad and not detached.conv_states[0].requires_grad
 
 
 def test_a_call_continues_from_the_state_under_either_name():
@@ -244,7 +260,7 @@ class ConvPositions:
         return self
 
     def hook(self, module, args, output):
-        self.count += output.shape[1]
+        self.count += output[0].shape[1]  # (y, next_queue)
 
     def __exit__(self, *exc):
         for handle in self.handles:
@@ -269,7 +285,7 @@ def test_a_generated_token_costs_one_step_per_layer_whatever_the_context():
 
 def test_foreign_or_mismatched_state_is_refused():
     model = tiny_model()
-    with pytest.raises(TypeError, match="ConvState"):
+    with pytest.raises(TypeError, match="QueueState"):
         model(torch.tensor([[4, 5]]), past_key_values=(torch.zeros(1),))
     other = tiny_model(num_blocks=1)
     with torch.no_grad():

@@ -426,6 +426,8 @@ def test_ssm_state_batch_operations():
     assert state.conv_states[:, :, 0, 0].tolist() == [[102, 102, 100], [105, 105, 103]]
     state.batch_repeat_interleave(2)
     assert state.batch_size == 6 and state.get_seq_length() == 4
+    s4d = SSMState(torch.zeros(2, 3, 4, 5))  # S4D has no convolution; the batch is read from the SSM states
+    assert s4d.conv_states is None and s4d.batch_size == 3 and [c for _, c in s4d.layers()] == [None, None]
 
 
 # ------------------------------------------------------------------------------------------------- config

@@ -93,9 +93,10 @@ def test_state_is_the_last_window_and_beams_reorder_it():
         out = model(ids, use_cache=True)
     state = out.past_key_values
     assert isinstance(state, WindowState) and state.get_seq_length() == 5
-    torch.testing.assert_close(state.hidden, model.model.embed_tokens(ids[:, -3:]))
+    (window,) = state.conv_states
+    torch.testing.assert_close(window, model.model.embed_tokens(ids[:, -3:]))
     state.reorder_cache(torch.tensor([1, 1]))
-    assert torch.equal(state.hidden[0], state.hidden[1])
+    assert torch.equal(state.conv_states[0][0], state.conv_states[0][1])
 
 
 def test_generation_ignores_tokens_older_than_the_window():
@@ -111,7 +112,7 @@ def test_generation_ignores_tokens_older_than_the_window():
 
 def test_foreign_cache_is_refused():
     model = tiny_model()
-    with pytest.raises(TypeError, match="WindowState"):
+    with pytest.raises(TypeError, match="QueueState"):
         model(torch.tensor([[4, 5]]), past_key_values=(torch.zeros(1),))
 
 

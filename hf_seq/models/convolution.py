@@ -24,9 +24,9 @@ from torch import nn
 class CausalConv1d(nn.Conv1d):
     """y_t = sum_{i<k} W_i x_{t - i d} + b over (B, T, C_in) -> (B, T, C_out); see the module docstring.
 
-    `queue` (B, (k-1) d, C_in) holds the inputs before x, oldest first (None: zeros, the sequence starts here).
-    `forward` over T positions with a queue is exactly the continuation of the sequence the queue came from; `step`
-    is the one-position case, and `queue_after` the queue that follows x."""
+    `forward(x, queue) -> (y, next_queue)`: `queue` (B, (k-1) d, C_in) holds the inputs before x, oldest first (None:
+    zeros, the sequence starts here), and `next_queue` the inputs before whatever follows x. Over T positions with a
+    queue it is exactly the continuation of the sequence the queue came from; `step` is the one-position case."""
 
     def __init__(
         self,
@@ -54,16 +54,13 @@ class CausalConv1d(nn.Conv1d):
             )
         return torch.cat([queue.to(x.dtype), x], 1)  # (B, (k-1) d + T, C_in)
 
-    def forward(self, x: torch.Tensor, queue: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, queue: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         sequence = self._with_past(x, queue)
         # the left padding (k-1) d is the queue: the convolution proper runs unpadded, one output per input of x
         y = super().forward(sequence.transpose(1, 2))  # (B, C_out, T)
-        return y.transpose(1, 2)
-
-    def queue_after(self, x: torch.Tensor, queue: torch.Tensor | None = None) -> torch.Tensor:
-        """The queue once x (B, T, C_in) has been read: the last (k-1) d inputs of the sequence so far."""
-        sequence = self._with_past(x, queue)
-        return sequence[:, sequence.shape[1] - self.queue_size :]
+        # a copy: a state that keeps it must not keep the whole sequence alive
+        next_queue = sequence[:, sequence.shape[1] - self.queue_size :].clone()
+        return y.transpose(1, 2), next_queue
 
     def step(self, x: torch.Tensor, queue: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One position: x (B, C_in) -> (y (B, C_out), the next queue). Reads the k taps x_t, x_{t-d}, ..., and

@@ -16,12 +16,10 @@ The stack sees R = (k - 1) * sum_l d_l + 1 tokens (`config.receptive_field`) and
 every layer's input, as positions before the first token do, so a padded row computes what it computes alone.
 
 Generation (Paine et al. 2016, "Fast Wavenet Generation Algorithm"): each layer keeps a queue of its last (k-1) d_l
-inputs, R - 1 vectors in all (a `ConvState`, returned under the cache field and taken back). A new token then costs
-one k-tap convolution per layer, whatever the length of the context, where recomputing would redo the whole prefix.
+inputs, R - 1 vectors in all (a `ConvState`, the `QueueState` of models/state.py, returned under the cache field and
+taken back). A new token then costs one k-tap convolution per layer, whatever the length of the context, where
+recomputing would redo the whole prefix.
 """
-
-from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
@@ -31,29 +29,13 @@ from transformers.utils import can_return_tuple
 
 from .configuration_conv import ConvConfig
 from .convolution import CausalConv1d
-from .state import RecurrentState
-from .utils import (
-    CheckedGenerationMixin,
-    CheckedPreTrainedModel,
-    StatefulCausalLMHead,
-    cache_argument,
-    cache_field,
-    stateful_inputs,
-)
-
-
-@dataclass(eq=False)
-class ConvState(RecurrentState):
-    """The model's whole memory: `hidden` (B, R - 1, C) holds each layer's queue of its last (k-1) d_l inputs, oldest
-    first, the layers one after the other along dimension 1; zeros where there was no token (before the first, and
-    padding). `seen_tokens` counts the positions consumed (padding included)."""
-
-    batch_dims: ClassVar[dict[str, int]] = {"hidden": 0}
+from .state import ConvState
+from .utils import CheckedGenerationMixin, StatefulCausalLMHead, StatefulPreTrainedModel, cache_field
 
 
 class ConvLayer(GradientCheckpointingLayer):
-    """z = tanh(W_f * x) ⊙ σ(W_g * x); returns (x + R z, S z). The last layer has no R: its residual output would
-    feed nothing, only its skip reaches the output."""
+    """z = tanh(W_f * x) ⊙ σ(W_g * x); returns (x + R z, S z) and the next queue. The last layer has no R: its
+    residual output would feed nothing, only its skip reaches the output."""
 
     def __init__(self, config: ConvConfig, dilation: int, is_last: bool):
         super().__init__()
@@ -65,23 +47,17 @@ class ConvLayer(GradientCheckpointingLayer):
 
     def forward(self, x: torch.Tensor, queue: torch.Tensor | None = None):
         """x (B, T, C); `queue` (B, (k-1) d, C): this layer's inputs before x (None: the sequence starts here)."""
-        filter_, gate = self.dilated_conv(x, queue).chunk(2, dim=-1)
+        y, queue = self.dilated_conv(x, queue)
+        filter_, gate = y.chunk(2, dim=-1)
         z = self.dropout(torch.tanh(filter_) * torch.sigmoid(gate))
         residual = None if self.residual_proj is None else x + self.residual_proj(z)
-        return residual, self.skip_proj(z)
+        return residual, self.skip_proj(z), queue
 
 
-class ConvPreTrainedModel(CheckedPreTrainedModel):
+class ConvPreTrainedModel(StatefulPreTrainedModel):
     config_class = ConvConfig
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
+    state_class = ConvState
     _no_split_modules = ["ConvLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
-    _is_stateful = True  # generate refuses assisted decoding: the queues cannot be rewound to drop rejected tokens
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model keeps its own ConvState; generate must not build a key/value cache
 
 
 class ConvModel(ConvPreTrainedModel):
@@ -98,25 +74,19 @@ class ConvModel(ConvPreTrainedModel):
         self.output_proj = nn.Linear(config.skip_channels, config.hidden_size)  # P
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.embed_tokens = value
-
-    def _layer_queues(self, state: ConvState | None, batch_size: int) -> list[torch.Tensor | None]:
-        """Each layer's queue, cut from the state (None for a sequence that starts here)."""
+    def _layer_queues(self, state: ConvState | None, batch_size: int) -> tuple[torch.Tensor | None, ...]:
+        """Each layer's queue (None for a sequence that starts here), from a state this model made."""
         if state is None:
-            return [None] * len(self.layers)
-        sizes = [layer.dilated_conv.queue_size for layer in self.layers]
-        expected = (batch_size, sum(sizes), self.config.hidden_size)
-        if tuple(state.hidden.shape) != expected:
+            return (None,) * len(self.layers)
+        held = [tuple(queue.shape) for queue in state.conv_states]
+        expected = [(batch_size, layer.dilated_conv.queue_size, self.config.hidden_size) for layer in self.layers]
+        if held != expected:
             raise ValueError(
-                f"ConvModel: the ConvState holds {tuple(state.hidden.shape)}, this model keeps {expected} = (batch, "
-                f"receptive_field - 1, hidden_size): the receptive field is {self.config.receptive_field} tokens. A "
-                "state from another batch or another configuration cannot continue here."
+                f"ConvModel: the ConvState holds queues of {held}, this model keeps {expected}, (batch, (k-1) d, "
+                f"hidden_size) for each layer: its receptive field is {self.config.receptive_field} tokens. A state "
+                "from another batch or another configuration cannot continue here."
             )
-        return list(state.hidden.split(sizes, dim=1))
+        return state.conv_states
 
     @can_return_tuple
     def forward(
@@ -131,43 +101,23 @@ class ConvModel(ConvPreTrainedModel):
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (which every layer reads as zeros).
         `past_key_values`: the `ConvState` a previous call returned (None: the sequence starts here)."""
-        past_key_values = cache_argument(past_key_values, kwargs)
-        config = self.config
-        inputs_embeds, past_length = stateful_inputs(
-            self,
-            input_ids,
-            inputs_embeds,
-            past_key_values,
-            attention_mask,
-            ConvState,
-            "a convolution stack keeps queues of past inputs, not keys/values",
+        inputs = self.stateful_inputs(
+            input_ids, inputs_embeds, past_key_values, attention_mask, use_cache, output_hidden_states, kwargs
         )
-        batch_size, seq_len, _ = inputs_embeds.shape
-        if attention_mask is not None and attention_mask.dim() != 2:
-            raise ValueError("ConvModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
-        keep = None if attention_mask is None else attention_mask[:, -seq_len:, None].to(inputs_embeds.dtype)
-        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-
-        hidden_states, skips = inputs_embeds, 0
-        all_hidden_states, queues = [], []
-        for layer, queue in zip(self.layers, self._layer_queues(past_key_values, batch_size)):
+        hidden_states, skips, all_hidden_states, queues = inputs.embeds, 0, [], []
+        for layer, queue in zip(self.layers, self._layer_queues(inputs.state, hidden_states.shape[0])):
             all_hidden_states.append(hidden_states)
-            x = hidden_states if keep is None else hidden_states * keep  # padding reads as no input, like t < 0
-            if use_cache:
-                queues.append(layer.dilated_conv.queue_after(x, queue))
-            hidden_states, skip = layer(x, queue=queue)
+            if inputs.mask is not None:  # padding reads as no input, like t < 0
+                hidden_states = hidden_states * inputs.mask[..., None]
+            hidden_states, skip, queue = layer(hidden_states, queue)
             skips = skips + skip
+            queues.append(queue)
         output = nn.functional.relu(self.output_proj(nn.functional.relu(skips)))  # ReLU(P ReLU(sum_l s_l))
         all_hidden_states.append(output)
-
-        state = None
-        if use_cache:
-            state = ConvState(torch.cat(queues, 1), seen_tokens=past_length + seq_len)
         return BaseModelOutputWithPast(
             last_hidden_state=output,
-            **cache_field(state),
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            **cache_field(inputs.state_after(tuple(queues)) if inputs.use_cache else None),
+            hidden_states=tuple(all_hidden_states) if inputs.output_hidden_states else None,
         )
 
 

@@ -33,27 +33,18 @@ from .recurrent import GatedElman, RecurrentStack
 from .state import RecurrentState
 from .utils import (
     CheckedGenerationMixin,
-    CheckedPreTrainedModel,
     StatefulCausalLMHead,
-    cache_argument,
+    StatefulPreTrainedModel,
     cache_field,
     cache_of,
     sequence_classification_loss,
-    stateful_inputs,
 )
 
 
-class RNNPreTrainedModel(CheckedPreTrainedModel):
+class RNNPreTrainedModel(StatefulPreTrainedModel):
     config_class = RNNConfig
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
+    state_class = RecurrentState
     _no_split_modules = ["RecurrentLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
-    _is_stateful = True  # generate refuses assisted decoding: a state cannot be rewound to drop rejected tokens
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model creates its own RecurrentState; generate must not build a key/value cache
 
     def _init_weights(self, module):
         if isinstance(module, (nn.RNNBase, GatedElman)):  # PyTorch's own recurrent init: U(-1/sqrt(H), 1/sqrt(H))
@@ -83,12 +74,6 @@ class RNNModel(RNNPreTrainedModel):
         )
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.embed_tokens = value
-
     @can_return_tuple
     def forward(
         self,
@@ -102,31 +87,16 @@ class RNNModel(RNNPreTrainedModel):
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding, which may be on either side: the state
         skips pads. `past_key_values`: the state a previous call returned (None: zeros)."""
-        past_key_values = cache_argument(past_key_values, kwargs)
-        config = self.config
-        inputs_embeds, past_length = stateful_inputs(
-            self,
-            input_ids,
-            inputs_embeds,
-            past_key_values,
-            attention_mask,
-            RecurrentState,
-            "a recurrent model keeps no key/value cache",
+        inputs = self.stateful_inputs(
+            input_ids, inputs_embeds, past_key_values, attention_mask, use_cache, output_hidden_states, kwargs
         )
-        batch_size, seq_len = inputs_embeds.shape[:2]
-        if attention_mask is not None and attention_mask.dim() != 2:
-            raise ValueError("RNNModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
-        step_mask = attention_mask[:, -seq_len:] if attention_mask is not None else None
-        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-
-        hidden_states = self.embedding_dropout(inputs_embeds)
-        state = past_key_values.to_tuple() if past_key_values is not None else None
-        out = self.rnn(hidden_states, state, step_mask, output_hidden_states=output_hidden_states)
+        hidden_states = self.embedding_dropout(inputs.embeds)
+        state = inputs.state.to_tuple() if inputs.state is not None else None
+        out = self.rnn(hidden_states, state, inputs.mask, output_hidden_states=inputs.output_hidden_states)
         return BaseModelOutputWithPast(
             last_hidden_state=out.output,
-            **cache_field(RecurrentState(out.hidden, out.cell, past_length + seq_len) if use_cache else None),
-            hidden_states=(hidden_states, *out.layer_outputs) if output_hidden_states else None,
+            **cache_field(inputs.state_after(out.hidden, out.cell) if inputs.use_cache else None),
+            hidden_states=(hidden_states, *out.layer_outputs) if inputs.output_hidden_states else None,
         )
 
 

@@ -13,12 +13,12 @@ $$
 C is the embedding table (m features a word, so x holds (n-1) m features); W = 0 without direct connections.
 
 Position t predicts token t+1 from the window ending at t; positions before the first token and padding read a
-zero vector. A call returns the last n-1 embeddings (a `WindowState`, under `past_key_values`) and accepts them back,
-so generation costs one window per token: each step sees the last n-1 tokens and nothing older.
+zero vector. A call returns the last n-1 embeddings (a `WindowState`, the `QueueState` of models/state.py, under
+`past_key_values`) and accepts them back, so generation costs one window per token: each step sees the last n-1
+tokens and nothing older.
 """
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
@@ -27,23 +27,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import can_return_tuple
 
 from .configuration_window import WindowConfig
-from .state import RecurrentState
-from .utils import (
-    CheckedGenerationMixin,
-    CheckedPreTrainedModel,
-    StatefulCausalLMHead,
-    cache_argument,
-    cache_field,
-    stateful_inputs,
-)
-
-
-@dataclass(eq=False)
-class WindowState(RecurrentState):
-    """The model's whole memory: `hidden` holds the embeddings of the last n-1 positions, (B, n-1, m), oldest first,
-    zeros where there was no word. `seen_tokens` counts the positions consumed (padding included)."""
-
-    batch_dims: ClassVar[dict[str, int]] = {"hidden": 0}
+from .state import WindowState
+from .utils import CheckedGenerationMixin, StatefulCausalLMHead, StatefulPreTrainedModel, cache_field
 
 
 @dataclass
@@ -65,17 +50,10 @@ class WindowHiddenLayer(GradientCheckpointingLayer):
         return self.dropout(torch.tanh(self.linear(x)))
 
 
-class WindowPreTrainedModel(CheckedPreTrainedModel):
+class WindowPreTrainedModel(StatefulPreTrainedModel):
     config_class = WindowConfig
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
+    state_class = WindowState
     _no_split_modules = ["WindowHiddenLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
-    _is_stateful = True  # generate refuses assisted decoding: the window cannot be rewound to drop rejected tokens
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model keeps its own WindowState; generate must not build a key/value cache
 
 
 class WindowModel(WindowPreTrainedModel):
@@ -92,12 +70,6 @@ class WindowModel(WindowPreTrainedModel):
         )
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.embed_tokens = value
-
     @can_return_tuple
     def forward(
         self,
@@ -111,31 +83,17 @@ class WindowModel(WindowPreTrainedModel):
     ) -> WindowModelOutput:
         """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (a padded position reads as no word).
         `past_key_values`: the state a previous call returned (None: the sequence starts here)."""
-        past_key_values = cache_argument(past_key_values, kwargs)
-        config = self.config
-        inputs_embeds, past_length = stateful_inputs(
-            self,
-            input_ids,
-            inputs_embeds,
-            past_key_values,
-            attention_mask,
-            WindowState,
-            "a fixed-window model keeps no key/value cache",
+        inputs = self.stateful_inputs(
+            input_ids, inputs_embeds, past_key_values, attention_mask, use_cache, output_hidden_states, kwargs
         )
-        batch_size, seq_len, width = inputs_embeds.shape
-        if attention_mask is not None and attention_mask.dim() != 2:
-            raise ValueError("WindowModel: attention_mask must be (batch_size, past + input length), 1 on real tokens.")
-        if attention_mask is not None:
-            inputs_embeds = inputs_embeds * attention_mask[:, -seq_len:, None].to(inputs_embeds.dtype)
-        use_cache = (config.use_cache and not self.training) if use_cache is None else use_cache
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-
-        n_1 = config.context_size
-        if past_key_values is None:
-            before = inputs_embeds.new_zeros(batch_size, n_1, width)  # no word before the first token
+        embeds = inputs.embeds if inputs.mask is None else inputs.embeds * inputs.mask[..., None]
+        batch_size, seq_len, width = embeds.shape
+        n_1 = self.config.context_size
+        if inputs.state is None:
+            before = embeds.new_zeros(batch_size, n_1, width)  # no word before the first token
         else:
-            before = past_key_values.hidden.to(inputs_embeds.dtype)
-        sequence = torch.cat([before, inputs_embeds], 1)  # (B, n-1 + T, m)
+            (before,) = inputs.state.conv_states
+        sequence = torch.cat([before.to(embeds.dtype), embeds], 1)  # (B, n-1 + T, m)
         # the window ending at each new token, newest first as in the paper: (B, T, m, n-1) -> (B, T, (n-1) * m)
         windows = sequence.unfold(1, n_1, 1)[:, 1:].flip(-1)
         x = self.embedding_dropout(windows.transpose(-1, -2).reshape(batch_size, seq_len, n_1 * width))
@@ -144,11 +102,10 @@ class WindowModel(WindowPreTrainedModel):
         for layer in self.layers:
             hidden_states = layer(hidden_states)
             all_hidden_states.append(hidden_states)
-        state = WindowState(sequence[:, -n_1:], seen_tokens=past_length + seq_len) if use_cache else None
         return WindowModelOutput(
             last_hidden_state=hidden_states,
-            **cache_field(state),
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            **cache_field(inputs.state_after((sequence[:, -n_1:],)) if inputs.use_cache else None),
+            hidden_states=tuple(all_hidden_states) if inputs.output_hidden_states else None,
             window=x,
         )
 
