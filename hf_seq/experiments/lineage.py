@@ -169,7 +169,8 @@ class LanguageModels(study.Study):
             "validation": public_name(options.validation) if options.validation else "held out from the training text",
             "test": public_name(options.test) if options.test else "none",
         }
-        options.progress and print(
+        say = print if options.progress else (lambda *a: None)
+        say(
             f"lineage: {len(train_stream):,} training tokens, {len(held_out['validation'])} validation blocks"
             + (f", {len(held_out['test'])} test blocks" if held_out["test"] is not None else "")
             + f", vocab {len(prepared.tokenizer)}"

@@ -152,7 +152,8 @@ class Translation(study.Study):
         lengths = (source_tokens / pairs, target_tokens / pairs)
         s.budget_tokens = round(s.steps * s.batch_size * sum(lengths))  # the default budget: the settings' steps
         test_sources = list(prepared.held_out_rows["test"]["source"])
-        options.progress and print(
+        say = print if options.progress else (lambda *a: None)
+        say(
             f"lineage: {pairs:,} training pairs ({source_tokens + target_tokens:,} tokens), "
             f"{len(prepared.held_out['eval'])} validation and {len(test_sources)} test pairs, vocab {len(prepared.tokenizer)}"
         )
