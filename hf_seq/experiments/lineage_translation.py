@@ -13,10 +13,6 @@ repetition rate, length ratio, seconds; the ordering against the lectures'), `li
 `bleu_by_length.png` (test BLEU against source length, Bahdanau et al.'s figure 2) and `alignment-<member>.png` for the
 attention members (one test sentence: source tokens across, target tokens down).
 
-The corpus is split once: the given validation and test files (or a Hub dataset's splits), else pairs held out from
-the training rows with a fixed seed (the default corpus, the machine's gettext catalogs, has no splits); the three
-splits are written to `data/` as JSON lines, and every member trains on those files.
-
 Fairness: one embedding width for every member and tied embeddings where the family allows it (the Sutskever model's
 linear output layer reads its LSTM state, which is the size parameter, so it keeps its own output layer); the rest of
 each model (its non-embedding parameters: the output layer is counted as an embedding) is sized to the same target.
@@ -250,8 +246,9 @@ build, matched_size = LINEAGE.build, LINEAGE.matched_size
 
 # ---------------------------------------------------------------------------------------------- data and pictures
 def split_corpus(s, corpus, validation, test, columns: dict, language: str, folder: Path) -> dict:
-    """Write the train / validation / test pairs to `folder` as JSON lines with `source` and `target` columns and
-    return their paths. Splits the corpus does not have are held out from its training rows with a fixed seed
+    """The corpus split once, for every member: write the train / validation / test pairs to `folder` as JSON lines
+    with `source` and `target` columns and return their paths. Splits the corpus does not have (the default corpus,
+    the machine's gettext catalogs, has none) are held out from its training rows with a fixed seed
     (`held_out_fraction` each); a split not named by `validation` / `test` is cut to its first `validation_pairs` /
     `test_pairs` pairs (a file named is scored whole)."""
     import torch
