@@ -29,6 +29,7 @@ class TestWindow(ModelTesterMixin):
     )
     no_dropout = NO_DROPOUT
     has_position_limit = False
+    hidden_states_include_input = False  # the layers read x, (n-1) m wide: returned as `window`, not hidden_states[0]
 
 
 class TestWindowPaper(TestWindow):
@@ -108,6 +109,24 @@ def test_generation_ignores_tokens_older_than_the_window():
     kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         assert torch.equal(model.generate(a, **kwargs)[:, 6:], model.generate(b, **kwargs)[:, 6:])
+
+
+def test_hidden_states_are_each_tanh_layers_output_and_x_is_the_window():
+    """transformers' models return states `hidden_size` wide, the first being the embedding output the first layer
+    reads. Here the first layer reads x, n-1 embeddings side by side ((n-1) m = 18 features, not a state of width h),
+    so `hidden_states` holds each tanh layer's output, h wide, and x is returned as `window`."""
+    model = tiny_model(num_hidden_layers=2)
+    ids = torch.randint(FIRST_WORD, 40, (2, 5), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+        base = model.model(ids, output_hidden_states=True)
+        assert [tuple(h.shape) for h in out.hidden_states] == [(2, 5, 10)] * 2
+        assert base.window.shape == (2, 5, 18)
+        h1 = model.model.layers[0](base.window)
+        torch.testing.assert_close(base.hidden_states[0], h1)
+        torch.testing.assert_close(base.hidden_states[1], model.model.layers[1](h1))
+        torch.testing.assert_close(base.hidden_states[-1], base.last_hidden_state)
+        assert len(model(ids, output_hidden_states=True, return_dict=False)) == 3  # (logits, state, hidden states)
 
 
 def test_foreign_cache_is_refused():

@@ -52,6 +52,7 @@ class ModelTesterMixin:
     supports_static_cache = False
     expensive_checks = True  # Trainer / checkpointing / remote code: run once per family, not per variant
     params_without_grad: tuple[str, ...] = ()  # parameter-name substrings legitimately unused by a head
+    hidden_states_include_input = True  # hidden_states[0] is the embedding output the first layer reads
 
     # ---------------------------------------------------------------- building blocks
     @property
@@ -555,6 +556,34 @@ class ModelTesterMixin:
             main_output(out).sum().backward()
             unused = [name for name, tensor in returned.items() if tensor.grad is None]
             assert not unused, f"{cls.__name__}: the output was not computed from {unused}"
+
+    def test_hidden_states_are_one_a_layer_and_as_wide_as_the_model(self):
+        """transformers' convention (its test_hidden_states_output): the embedding output the first layer reads, then
+        each layer's output, all `hidden_size` wide. Where a family differs, the difference is its page's and is
+        spelled out in `hidden_state_widths`."""
+        for cls in self.model_classes:
+            model = self.make_model(cls)
+            with torch.no_grad():
+                out = model(**self.make_inputs(cls), output_hidden_states=True)
+            for name, states in out.items():
+                if name.endswith("hidden_states") and isinstance(states, tuple):
+                    widths = [state.shape[-1] for state in states]
+                    expected = self.hidden_state_widths(model.config, name)
+                    assert widths == expected, f"{cls.__name__}.{name}: widths {widths}, expected {expected}"
+
+    def hidden_state_widths(self, config, name: str) -> list[int]:
+        """The widths of the states `name` holds: the input (`embedding_size` where a family embeds in its own width,
+        as the recurrent ones do), then one a layer: `hidden_size`, both directions side by side in a bidirectional
+        recurrent layer, `decoder_hidden_size` in a decoder that has its own. The window LM's layers read n-1
+        embeddings side by side, returned as `window`: its states are the layers' outputs only."""
+        side = name.split("_")[0] if name != "hidden_states" else ""
+        layers = getattr(config, f"{side}_layers", config.num_hidden_layers)
+        bidirectional = "encoder_bidirectional" if side == "encoder" else "bidirectional"
+        both = getattr(config, bidirectional, False)
+        width = getattr(config, "decoder_hidden_size", None) if side == "decoder" else None
+        width = width or config.hidden_size * (2 if both else 1)
+        first = [getattr(config, "embedding_size", None) or config.hidden_size]
+        return (first if self.hidden_states_include_input else []) + [width] * layers
 
     def test_output_attentions_under_sdpa_as_transformers_does(self):
         """Asked for attention maps while running a fused kernel that does not form them, every family answers as
