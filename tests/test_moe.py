@@ -146,6 +146,20 @@ def test_a_dense_gpt_is_unchanged():
         assert len(out.hidden_states) == 3 and len(model(ids, return_dict=False)) == 2  # (logits or states, cache)
 
 
+@pytest.mark.parametrize("cls", [GPTModel, GPTForCausalLM], ids=lambda cls: cls.__name__)
+def test_output_router_logits_from_config_as_transformers_tests_it(cls):
+    """transformers' test_output_router_logits_from_config sets `config.output_router_logits = True` and passes no
+    argument: a mixture of experts then returns one (batch * tokens, experts) router logit tensor per layer from the
+    base model and the LM alike. A dense GPT has no router to report (test_a_dense_gpt_is_unchanged): that check runs
+    on a sparse configuration, as transformers' own MoE models with dense defaults run it."""
+    torch.manual_seed(0)
+    model = cls(GPTConfig(**TINY, **MOE, output_router_logits=True)).eval()
+    with torch.no_grad():
+        out = model(torch.randint(3, 99, (2, 6)))
+    assert len(out.router_logits) == TINY["num_hidden_layers"]
+    assert all(r.shape == (12, MOE["num_local_experts"]) for r in out.router_logits)
+
+
 def test_router_logits_are_recorded_per_layer_beside_states_and_attentions():
     """Output capturing records each block's states, attention maps and router logits in layer order: the router
     logits are the router's outputs, as a hook on each layer's router sees them."""
