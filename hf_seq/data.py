@@ -4,6 +4,7 @@ Embedded defaults need no network: the CPython standard library sources (present
 modelling. Anything else comes through `datasets`: a Hub dataset name or local text/JSON/CSV files.
 """
 
+import json
 import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -76,9 +77,65 @@ def load_files(paths, what: str = "data.dataset", streaming: bool = False) -> da
             f"{what}: mixes file kinds {sorted(builders)}; give files of one kind (text, json or csv)"
         )
     builder = builders.pop()
+    check_rows(paths, builder, what)
     kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
     files = [str(p) for p in paths]
     return datasets.load_dataset(builder, data_files=files, split="train", streaming=streaming, **kwargs)
+
+
+ROWS_NEEDED = {
+    "text": "text (documents separated by blank lines)",
+    "json": "rows (one JSON object per line)",
+    "csv": "rows under its header line",
+}
+
+
+def check_rows(paths: list[Path], builder: str, what: str) -> None:
+    """Refuse files that hold no rows before `datasets` reads them (it answers an empty file with a
+    DatasetGenerationError and a long traceback): an error naming the file, or the files where several are given and
+    none holds a row. An empty file among others that hold rows is read as no rows (an empty `__init__.py` among a
+    corpus of code files), except a CSV file without even a header line, which datasets cannot read."""
+    reasons = {path: _no_rows(path, builder) for path in paths}
+    headless = [path for path, reason in reasons.items() if builder == "csv" and reason not in (None, HEADER_ONLY)]
+    if headless:  # datasets cannot read a CSV file without a header line, even among others
+        paths = headless[:1]
+    elif not all(reasons.values()):
+        return
+    if len(paths) == 1:
+        message = f"{what}: {str(paths[0])!r} {reasons[paths[0]]}"
+    else:
+        message = f"{what}: none of its {len(paths)} files holds a row ({', '.join(repr(str(p)) for p in paths[:4])}"
+        message += f" and {len(paths) - 4} more)" if len(paths) > 4 else ")"
+    raise InvalidValueError(f"{message}: give a file that holds {ROWS_NEEDED[builder]}")
+
+
+HEADER_ONLY = "holds a header line and no rows"
+
+
+def _no_rows(path: Path, builder: str) -> str | None:
+    """Why `path` holds no rows for `builder` (e.g. "is empty"), or None where it holds some. Reads as little as it
+    takes: up to the first non-blank character (text, json), the first two non-blank lines (csv)."""
+    if path.stat().st_size == 0:
+        return "is empty"
+    with open(path, "rb") as file:
+        if builder == "csv":  # the first non-blank line is the header
+            lines = (line for line in file if line.strip())
+            if next(lines, None) is None:
+                return "holds only blank lines"
+            return None if next(lines, None) is not None else HEADER_ONLY
+        start = file.read(1 << 16).lstrip(b"\xef\xbb\xbf").strip()  # a byte-order mark alone is no text either
+        while not start:
+            chunk = file.read(1 << 20)
+            if not chunk:
+                return "holds only blank lines"
+            start = chunk.strip()
+    if builder == "json" and start.startswith(b"[") and path.stat().st_size < 1 << 16:
+        try:
+            if json.loads(path.read_bytes()) == []:
+                return "holds an empty JSON list"
+        except ValueError:
+            pass  # not JSON: datasets names the error
+    return None
 
 
 def load_text_dataset(source=STDLIB, split: str = "train", text_column: str = "text", **kwargs) -> datasets.Dataset:

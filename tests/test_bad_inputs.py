@@ -231,6 +231,99 @@ def test_model_max_length_truncates_to_the_context():
     assert len(tokenizer(CORPUS[0] * 10, truncation=True)["input_ids"]) == 5
 
 
+# ---------------------------------------------------------------------------------------------------- data files
+DOCUMENTS = "\n\n".join(f"def f{i}(x):\n    return x + {i}" for i in range(80)) + "\n"
+DATA_RECIPE = {
+    "family": "gpt",
+    "model": TINY["hf_seq_gpt"],
+    "tokenizer": {"vocab_size": 300},
+    "data": {"block_size": 16},
+    "training": {"max_steps": 2, "batch_size": 2, "log_with": "none", "threads": 1},
+}
+EMPTY_FILES = {  # fault -> (file name, content, what the error says of the file)
+    "empty-txt": ("empty.txt", "", "is empty"),
+    "blank-txt": ("blank.txt", "\n  \n\t\n\n", "holds only blank lines"),
+    "empty-jsonl": ("rows.jsonl", "", "is empty"),
+    "blank-jsonl": ("rows.jsonl", "\n\n", "holds only blank lines"),
+    "empty-json-list": ("rows.json", "[]\n", "holds an empty JSON list"),
+    "header-only-csv": ("rows.csv", "text\n", "holds a header line and no rows"),
+}
+SPLIT_KEYS = ("data.dataset", "data.validation", "data.test")
+
+
+@pytest.fixture
+def data_files(tmp_path):
+    """A recipe file and good train / validation / test files for it."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps(DATA_RECIPE))
+    files = {}
+    for key in SPLIT_KEYS:
+        files[key] = tmp_path / f"{key.split('.')[1]}.txt"
+        files[key].write_text(DOCUMENTS)
+    return recipe, files
+
+
+def _empty_file(tmp_path, fault):
+    name, content, reason = EMPTY_FILES[fault]
+    (tmp_path / "bad").mkdir(exist_ok=True)
+    path = tmp_path / "bad" / name
+    path.write_text(content)
+    return path, reason
+
+
+def _refused_in_one_line(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(item) for item in argv])
+    err = capsys.readouterr().err
+    last = err.splitlines()[-1]  # datasets' progress bars may come before it
+    assert exit_info.value.code == 2 and last.startswith("hf-seq: error: ") and "Traceback" not in err, err
+    return last
+
+
+@pytest.mark.parametrize("key", SPLIT_KEYS)
+@pytest.mark.parametrize("fault", list(EMPTY_FILES))
+def test_train_names_a_data_file_without_rows(data_files, tmp_path, capsys, fault, key):
+    recipe, files = data_files
+    files[key], reason = _empty_file(tmp_path, fault)
+    overrides = [f"{k}={v}" for k, v in files.items()]
+    err = _refused_in_one_line(["train", recipe, *overrides, f"training.output_dir={tmp_path / 'run'}"], capsys)
+    assert f"{key}: '{files[key]}' {reason}: give a file that holds" in err
+
+
+def test_an_empty_file_among_files_with_rows_is_read_as_no_rows(tmp_path):
+    from hf_seq.data import load_files
+
+    (tmp_path / "__init__.py").write_text("")  # a corpus of code files often holds some
+    (tmp_path / "code.py").write_text(DOCUMENTS)
+    assert len(load_files([tmp_path / "__init__.py", tmp_path / "code.py"])) == 80
+    (tmp_path / "blank.py").write_text("\n\n")
+    with pytest.raises(ValueError, match=r"none of its 2 files holds a row \('.*__init__.py', '.*blank.py'\)"):
+        load_files([tmp_path / "__init__.py", tmp_path / "blank.py"])
+    (tmp_path / "rows.csv").write_text("text\nx\n")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ValueError, match=r"'.*empty.csv' is empty"):  # datasets cannot read it even among others
+        load_files([tmp_path / "rows.csv", tmp_path / "empty.csv"])
+
+
+@pytest.mark.parametrize("fault", ["empty-txt", "blank-jsonl"])
+@pytest.mark.parametrize("command", ["evaluate", "lineage", "streaming", "streaming-validation"])
+def test_every_command_names_a_data_file_without_rows(run_folder, data_files, tmp_path, capsys, command, fault):
+    recipe, files = data_files
+    bad, reason = _empty_file(tmp_path, fault)
+    train, validation = files["data.dataset"], files["data.validation"]
+    run = f"training.output_dir={tmp_path / 'run'}"
+    argv = {
+        "evaluate": ["evaluate", run_folder[0], f"data.dataset={train}", f"data.validation={bad}"],
+        "lineage": ["lineage", "--quick", "--corpus", train, "--validation", bad, "--output-dir", tmp_path / "out"],
+        "streaming": ["train", recipe, f"data.dataset={bad}", f"data.validation={validation}", run],
+        "streaming-validation": ["train", recipe, f"data.dataset={train}", f"data.validation={bad}", run],
+    }[command]
+    if command.startswith("streaming"):
+        argv.append("data.streaming=true")
+    err = _refused_in_one_line(argv, capsys)
+    assert f"'{bad}' {reason}" in err
+
+
 # --------------------------------------------------------------------------------------------------- checkpoints
 @pytest.fixture(scope="module")
 def saved_gpt(tmp_path_factory):
