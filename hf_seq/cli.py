@@ -1,7 +1,8 @@
 """The `hf-seq` command: train, fine-tune, evaluate, generate, card and publish any hf-seq family.
 
 hf-seq demo                                  the README's main job, offline, a few minutes on CPU
-hf-seq train RECIPE.yaml [key=value ...]     pretraining with accelerate (add --resume to continue)
+hf-seq recipes [show NAME]                   the shipped recipes, one line each; `show` prints one
+hf-seq train RECIPE [key=value ...]          pretraining with accelerate (a YAML file or a shipped recipe's name)
 accelerate launch -m hf_seq.cli train RECIPE.yaml       the same recipe on several GPUs / processes
 """
 
@@ -100,6 +101,64 @@ def cmd_finetune(args) -> None:
     result = finetune(recipe, resume=args.resume, overwrite=args.overwrite)
     if _is_main_process():
         print(json.dumps(result.summary, indent=2))
+
+
+class _PlannedVocabulary:
+    """What `runs.build_config` reads of a tokenizer, before one is trained: its size and no special-token ids."""
+
+    pad_token_id = bos_token_id = eos_token_id = None
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def recipe_parameters(recipe) -> int:
+    """The parameters of the recipe's model, built on the meta device (no memory, no data) with tokenizer.vocab_size
+    tokens: a trained tokenizer may hold fewer, so the count is the recipe's size, not a run's to the last unit."""
+    import torch
+
+    from hf_seq.registry import family
+    from hf_seq.runs import build_config
+    from hf_seq.tasks import TASKS
+
+    config = build_config(recipe, _PlannedVocabulary(recipe.tokenizer.vocab_size))
+    with torch.device("meta"):
+        model = family(recipe.family).model_class(TASKS[recipe.task].auto_class)(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n < 10_000_000 else f"{n / 1e6:.0f}M"
+
+
+def cmd_recipes(args) -> None:
+    import yaml
+
+    from hf_seq.recipes import load_recipe, recipe_command, shipped_files, shipped_recipes
+
+    if args.action == "show":
+        files = shipped_files()
+        name = (args.name or "").removesuffix(".yaml")
+        if name not in files:
+            what = f"no shipped file {args.name!r}" if args.name else "name what to show"
+            raise MissingFileError(f"recipes show: {what}; allowed names: {', '.join(files)}")
+        print(files[name].read_text(), end="")
+        return
+    print(f"{'recipe':26} {'command':9} {'family':12} {'task':24} {'parameters':>10}  laptop CPU")
+    for name, path in shipped_recipes().items():
+        command = recipe_command(yaml.safe_load(path.read_text()))
+        recipe = load_recipe(path, command=command)
+        minutes = recipe.card.get("cpu_minutes")
+        when, size = f"~{minutes:g} min" if minutes else "GPU-sized", _count(recipe_parameters(recipe))
+        print(f"{name:26} {command:9} {recipe.family:12} {recipe.task:24} {size:>10}  {when}")
+    others = [name for name in shipped_files() if "/" in name]
+    print(
+        "\nhf-seq train NAME [key=value ...] runs one (finetune for its fine-tuning tasks); hf-seq recipes show NAME "
+        "prints it, to copy and edit.\nAlso shipped, for `recipes show`: " + ", ".join(others)
+    )
 
 
 def _is_main_process() -> bool:
@@ -341,18 +400,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = commands.add_parser("train", help="pretrain a model from a YAML recipe")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="a YAML file, or the name of a shipped recipe (hf-seq recipes lists them)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. training.max_steps=100 model.hidden_size=64")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output_dir")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output_dir")
     p.set_defaults(func=cmd_train)
 
     p = commands.add_parser("finetune", help="fine-tune with Trainer: sequence/token classification, translation")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="a YAML file, or the name of a shipped recipe (hf-seq recipes lists them)")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.add_argument("--resume", action="store_true", help="continue from the last Trainer checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output_dir")
     p.set_defaults(func=cmd_finetune)
+
+    p = commands.add_parser("recipes", help="list the shipped recipes; `hf-seq recipes show NAME` prints one")
+    p.add_argument("action", nargs="?", choices=["show"], help="print the named recipe, to copy and edit")
+    p.add_argument("name", nargs="?", help="a recipe, or a launch config such as accelerate/fsdp")
+    p.set_defaults(func=cmd_recipes)
 
     p = commands.add_parser("train-tokenizer", help="train a byte-level or BERT-style BPE tokenizer")
     p.add_argument("--dataset", default="stdlib", help="stdlib (default), a Hub dataset name, or use --files")

@@ -120,7 +120,9 @@ class Recipe:
     tokenizer: TokenizerRecipe = field(default_factory=TokenizerRecipe)
     data: DataRecipe = field(default_factory=DataRecipe)
     training: TrainingRecipe = field(default_factory=TrainingRecipe)
-    card: dict = field(default_factory=dict)  # extra model-card fields: license, language, description
+    # extra model-card fields: license, language, description, limitations; cpu_minutes: about how long the recipe
+    # trains on a laptop CPU, for `hf-seq recipes` (unset: a recipe sized for GPUs)
+    card: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -245,15 +247,54 @@ def resolve_tracker(log_with: str | None) -> str | None:
     return log_with
 
 
+# The recipes, launch configs and Slurm script shipped in the package (a checkout's top-level recipes/ links here)
+SHIPPED = Path(__file__).parent / "recipe_files"
+
+
+def shipped_files() -> dict[str, Path]:
+    """Every shipped file by name: the recipes (`gpt-tiny`), the accelerate launch configs (`accelerate/fsdp`) and
+    the Slurm script (`slurm/train-multinode`)."""
+    files = sorted(p for p in SHIPPED.rglob("*") if p.is_file() and p.suffix in (".yaml", ".sbatch"))
+    return {p.relative_to(SHIPPED).with_suffix("").as_posix(): p for p in files}
+
+
+def shipped_recipes() -> dict[str, Path]:
+    """The shipped recipes by name (`hf-seq train gpt-tiny`): the YAML files at the top of the folder."""
+    return {name: path for name, path in shipped_files().items() if "/" not in name}
+
+
+def find_recipe(name_or_path) -> Path:
+    """The recipe file a command names: a file that exists wins, else the shipped recipe of that name (`gpt-tiny`
+    or `gpt-tiny.yaml`; a path with a folder in it is a file or nothing)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if path.parent != Path("."):
+        raise MissingFileError(f"recipe not found: {path}")
+    shipped = shipped_recipes()
+    name = path.stem if path.suffix == ".yaml" else path.name
+    if name in shipped:
+        return shipped[name]
+    raise MissingFileError(
+        f"recipe not found: {path} is neither a file nor a shipped recipe (shipped: {', '.join(shipped)})"
+    )
+
+
+def recipe_command(tree: dict) -> str:
+    """The command that runs a recipe's task: `finetune` for the Trainer's tasks, else `train`."""
+    from hf_seq.tasks import TASKS
+
+    task = TASKS.get(tree.get("task"))
+    return task.command if task else "train"
+
+
 def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = (), command: str = "train") -> Recipe:
     """Read a recipe (YAML path or dict), apply `key.sub=value` overrides, and check it completely for `command`
     (`train`: pretraining tasks; `finetune`: fine-tuning tasks)."""
     if isinstance(path_or_dict, dict):
         tree = copy.deepcopy(path_or_dict)
     else:
-        path = Path(path_or_dict)
-        if not path.is_file():
-            raise MissingFileError(f"recipe not found: {path}")
+        path = find_recipe(path_or_dict)
         try:
             tree = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as error:
