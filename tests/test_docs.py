@@ -14,6 +14,7 @@ import time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 
@@ -237,14 +238,31 @@ def test_family_examples_run():
 
 
 def test_porting_tutorial_runs(tmp_path, monkeypatch):
-    """The porting tutorial's Python blocks run as printed (they build their own models: no download)."""
+    """The porting tutorial's Python blocks run as printed (they build their own models: no download); an abridged
+    excerpt of a conversion pair (a bare `...` line elides code) is valid Python whose names a pair module defines."""
+    import ast
+    import importlib
+    import pkgutil
+
+    import hf_seq.convert
+
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "docs" / "tutorials" / "porting.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) == 2
-    for block in blocks:
+    excerpts = [block for block in blocks if re.search(r"^\s*\.\.\.\s*$", block, flags=re.M)]
+    runnable = [block for block in blocks if block not in excerpts]
+    assert len(runnable) == 2
+    for block in runnable:
         exec(compile(block, "<docs/tutorials/porting.md>", "exec"), {"__name__": "tutorial"})
     assert (tmp_path / "ported-seq2seq" / "model.safetensors").is_file()
+    pairs = [
+        importlib.import_module(f"hf_seq.convert.{info.name}") for info in pkgutil.iter_modules(hf_seq.convert.__path__)
+    ]
+    for excerpt in excerpts:
+        tree = ast.parse(excerpt)
+        names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        names |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets}
+        assert names and any(all(hasattr(pair, name) for name in names) for pair in pairs), names
 
 
 def test_pages_in_a_browser(site, served, browser):
@@ -260,6 +278,71 @@ def test_pages_in_a_browser(site, served, browser):
     assert {f"notebooks/{nb.stem}.html" for nb in (ROOT / "notebooks").glob("*.ipynb")} <= set(pages)
     for page in pages:
         assert page_problems(browser, served + page, served) == [], page
+
+
+# Every image of a page once loaded: its absolute URL, the link around it, its natural and its shown width.
+IMAGES = r"""
+(async () => {
+  await Promise.all([...document.images].map(img => img.complete ? null
+    : new Promise(done => { img.onload = img.onerror = done; })));
+  return [...document.images].map(img => ({
+    src: img.src,
+    link: img.closest('a') ? img.closest('a').href : null,
+    natural: img.naturalWidth,
+    shown: img.getBoundingClientRect().width,
+  }));
+})()
+"""
+
+
+def shown_images(browser: Browser, url: str) -> list[dict]:
+    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    browser.send("Page.enable", session)
+    browser.send(
+        "Emulation.setDeviceMetricsOverride", session, width=1280, height=1600, deviceScaleFactor=1, mobile=False
+    )
+    browser.send("Page.navigate", session, url=url)
+    browser.wait_for("Page.loadEventFired", session)
+    report = browser.send("Runtime.evaluate", session, expression=IMAGES, awaitPromise=True, returnByValue=True)
+    browser.send("Target.closeTarget", targetId=target)
+    assert "exceptionDetails" not in report, report
+    return report["result"]["value"]
+
+
+def test_the_experiments_index_shows_each_experiments_plot(site, served, browser):
+    """The experiments index is a gallery: every experiment and every lineage run has a small picture of the main plot
+    its own page shows (the page's first image), linked to that page, and every picture loaded."""
+    pages = [f"experiments/{p.stem}.html" for p in sorted((ROOT / "docs" / "experiments").glob("*.md"))]
+    pages += [
+        p.relative_to(ROOT / "docs").with_suffix(".html").as_posix()
+        for p in (ROOT / "docs" / "lineage").rglob("lineage.md")
+    ]
+    pages.remove("experiments/index.html")
+    thumbnails = {
+        image["link"]: image for image in shown_images(browser, served + "experiments/index.html") if image["link"]
+    }
+    for page in pages:
+        url = served + page
+        assert url in thumbnails, f"no picture links to {page}"
+        image = thumbnails[url]
+        assert image["natural"] > 0, f"the picture of {page} did not load: {image['src']}"
+        assert 0 < image["shown"] <= 320, f"the picture of {page} is not a thumbnail: {image['shown']} px wide"
+        on_its_page = [urljoin(url, src) for src in re.findall(r'<img[^>]+src="([^"]+)"', (site / page).read_text())]
+        assert image["src"] in on_its_page, f"the picture of {page} is not one its page shows: {image['src']}"
+
+
+def test_the_home_page_shows_the_lineage(served, browser):
+    """The README (the site's home) shows the `hf-seq lineage` command and a committed picture of a lineage result,
+    which loads on the site as it does on GitHub (a path relative to the repository)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 150
+    assert "hf-seq lineage" in readme and "hf-seq lineage --task translation" in readme
+    picture = re.search(r"!\[[^\]]+\]\((docs/lineage/[^)]+\.png)\)", readme)
+    assert picture and (ROOT / picture.group(1)).is_file(), "no committed lineage picture in the README"
+    site_path = picture.group(1).removeprefix("docs/")
+    shown = [image for image in shown_images(browser, served + "index.html") if image["src"] == served + site_path]
+    assert shown and all(image["natural"] > 0 and image["shown"] > 0 for image in shown), shown
 
 
 SEARCH = r"""
