@@ -18,6 +18,7 @@ Exactness is a design goal, not an accident:
 import contextlib
 import dataclasses
 import functools
+import io
 import json
 import os
 import signal
@@ -149,6 +150,7 @@ def setup(recipe: Recipe, resume: bool, overwrite: bool, prepared=None) -> Sessi
         cpu=on_cpu,
         dynamo_backend="inductor" if t.compile else None,
     )
+    note_launch_shortfall(accelerator, fsdp)
     check_batch_split(t, accelerator.num_processes)
     if accelerator.is_main_process:
         check_output_dir(recipe, output_dir, resume, overwrite)
@@ -210,6 +212,65 @@ def check_launch(t, fsdp) -> None:
         )
     if fsdp and t.mixed_precision == "fp16":
         raise RecipeError("training.mixed_precision='fp16' is not supported with FSDP in hf-seq; use 'bf16'")
+
+
+def note_launch_shortfall(accelerator: Accelerator, fsdp) -> None:
+    """One line at the start when `accelerate launch` asked for a distributed type or a number of processes this run
+    does not have. Its simple launcher (taken with `--cpu`, or for a CPU config) starts one process whatever
+    --num_processes or the config's distributed_type say; it exports ACCELERATE_USE_CPU, and MASTER_ADDR when asked
+    for several processes, but neither the number nor the type, so those are read from its command line."""
+    if "ACCELERATE_USE_CPU" not in os.environ or "WORLD_SIZE" in os.environ:
+        return  # not the simple launcher (accelerate starts multi-process configs through torch's, which sets both)
+    count, kind, cpu_flag = _launch_request(_launcher_argv())
+    several = "MASTER_ADDR" in os.environ  # the simple launcher sets it when asked for 2 processes or more
+    ran, n = ("FSDP" if fsdp else str(accelerator.distributed_type).split(".")[-1]), accelerator.num_processes
+    if (count or (2 if several else 1)) <= n and kind in (None, "NO", ran):
+        return
+    asked = [kind] if kind not in (None, "NO") else []
+    if count and count > 1:
+        asked.append(f"{count} processes")
+    elif several and not count:  # its command line was not readable
+        asked.append("several processes")
+    advice = "leave out --cpu to start them" if cpu_flag else "several CPU processes: torchrun, docs/cluster.md"
+    accelerator.print(
+        f"note: accelerate launch asked for {' over '.join(asked)}, but its one-process launcher started {n} process"
+        f"{'es' if n > 1 else ''}, {'not distributed' if ran == 'NO' else ran} ({advice})"
+    )
+
+
+def _launcher_argv() -> list[str]:
+    """The command line of this process's parent: `accelerate launch`'s simple launcher runs the script as its child."""
+    try:
+        import psutil  # an accelerate dependency
+
+        return psutil.Process().parent().cmdline()
+    except Exception:  # no parent, or not readable
+        return []
+
+
+def _launch_request(argv: list[str]) -> tuple[int | None, str | None, bool]:
+    """(num_processes, distributed_type, whether --cpu was given) that an `accelerate launch` command line and the
+    config file it reads ask for, resolved as accelerate resolves them; (None, None, False) for any other command."""
+    from accelerate.commands.config.config_args import default_config_file, load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    names = ("accelerate-launch", "accelerate.commands.launch")
+    start = next((i for i, arg in enumerate(argv) if arg == "launch" or arg.endswith(names)), None)
+    if start is None:
+        return None, None, False
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage line, for a command it cannot read
+            args, _ = launch_command_parser().parse_known_args(argv[start + 1 :])
+        use_file = args.config_file is not None or (not args.cpu and os.path.isfile(default_config_file))
+        config = load_config_from_file(args.config_file) if use_file else None
+    except (SystemExit, OSError, ValueError):  # a command line or config file accelerate itself would refuse
+        return None, None, False
+    flags = {"FSDP": args.use_fsdp, "DEEPSPEED": args.use_deepspeed, "MULTI_GPU": args.multi_gpu}
+    kind = next((name for name, given in flags.items() if given), None)
+    if kind is None and config is not None:
+        kind = str(config.distributed_type).split(".")[-1]
+    count = args.num_processes or (config.num_processes if config is not None else None)
+    return count, kind, bool(args.cpu)
 
 
 def prepare_data(recipe: Recipe, accelerator: Accelerator) -> tasks.Prepared:

@@ -7,12 +7,13 @@ that `from_pretrained` loads."""
 
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_seq import sharding
+from hf_seq import sharding, training
 from hf_seq.errors import InvalidValueError
 from tests.test_training import ROOT, _free_port, _train, _weights, kill_after_first_checkpoint
 
@@ -123,3 +124,108 @@ def test_a_wrap_class_the_model_lacks_is_named(monkeypatch):
     settings = sharding.ShardingSettings(wrap_classes=("LlamaDecoderLayer",))
     with pytest.raises(InvalidValueError, match=r"\['LlamaDecoderLayer'\] are not modules of GPTForCausalLM.*GPTBlock"):
         sharding.shard(model, settings)
+
+
+# ---------------------------------------------------------------------------------------- asked for, not started
+def accelerate_launch(*flags):
+    """An `accelerate launch` command line as its console script runs it (the parent of the training process)."""
+    return [sys.executable, "/venv/bin/accelerate", "launch", *flags, "-m", "hf_seq.cli", "train", "recipe.yaml"]
+
+
+FSDP_YAML = str(ROOT / "recipes" / "accelerate" / "fsdp.yaml")
+CPU_YAML = str(ROOT / "recipes" / "accelerate" / "cpu.yaml")
+ONE_PROCESS = SimpleNamespace(num_processes=1, distributed_type="DistributedType.NO", print=print)
+
+
+def simple_launcher_env(monkeypatch, processes: int):
+    """What accelerate's simple launcher (accelerate/utils/launch.py, prepare_simple_launcher_cmd_env) exports."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "NO")
+    for key in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    if processes > 1:
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", "29500")
+
+
+@pytest.mark.parametrize(
+    "argv, processes, line",
+    [
+        (
+            accelerate_launch("--config_file", FSDP_YAML, "--num_processes", "2", "--cpu"),
+            2,
+            "note: accelerate launch asked for FSDP over 2 processes, but its one-process launcher started 1 process, "
+            "not distributed (leave out --cpu to start them)",
+        ),
+        (  # the config's own count (8) when --num_processes is not given; FSDP alone is also a shortfall
+            accelerate_launch("--cpu", "--config_file", FSDP_YAML),
+            2,
+            "note: accelerate launch asked for FSDP over 8 processes, but its one-process launcher started 1 process",
+        ),
+        (
+            accelerate_launch("--config_file", FSDP_YAML, "--num_processes", "1", "--cpu"),
+            1,
+            "note: accelerate launch asked for FSDP, but its one-process launcher started 1 process, not distributed",
+        ),
+        (
+            [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "3", "-m", "hf_seq.cli"],
+            3,
+            "note: accelerate launch asked for 3 processes, but its one-process launcher started 1 process",
+        ),
+        (  # a CPU config asking for processes: no --cpu to leave out
+            accelerate_launch("--config_file", CPU_YAML, "--num_processes", "2"),
+            2,
+            "note: accelerate launch asked for 2 processes, but its one-process launcher started 1 process, not "
+            "distributed (several CPU processes: torchrun, docs/cluster.md)",
+        ),
+        ([], 2, "note: accelerate launch asked for several processes, but its one-process launcher started 1 process"),
+    ],
+    ids=["fsdp-cpu-2", "fsdp-config-count", "fsdp-one-process", "module-launcher", "cpu-config", "argv-unreadable"],
+)
+def test_a_launch_asking_for_what_the_run_lacks_says_so_in_one_line(monkeypatch, capsys, argv, processes, line):
+    """`accelerate launch --cpu` (its simple launcher) starts one process whatever the config's distributed type and
+    --num_processes say; the run says so at the start, in one line, from what that launch exports and its command."""
+    simple_launcher_env(monkeypatch, processes)
+    monkeypatch.setattr(training, "_launcher_argv", lambda: argv)
+    training.note_launch_shortfall(ONE_PROCESS, fsdp=None)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 and printed[0].startswith(line), printed
+
+
+@pytest.mark.parametrize(
+    "argv, processes, world_size",
+    [
+        (accelerate_launch("--config_file", CPU_YAML), 1, None),  # one process asked for, one run
+        (accelerate_launch("--cpu"), 1, None),
+        (accelerate_launch("--config_file", FSDP_YAML, "--num_processes", "2"), 2, "2"),  # torch's launcher ran them
+        (["python", "-m", "hf_seq.cli", "train", "recipe.yaml"], 0, None),  # no accelerate launch at all
+    ],
+    ids=["cpu-config", "cpu-flag", "torchrun-workers", "plain"],
+)
+def test_a_launch_that_got_what_it_asked_for_says_nothing(monkeypatch, capsys, argv, processes, world_size):
+    if processes:
+        simple_launcher_env(monkeypatch, processes)
+    else:
+        monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    if world_size:
+        monkeypatch.setenv("WORLD_SIZE", world_size)
+    monkeypatch.setattr(training, "_launcher_argv", lambda: argv)
+    training.note_launch_shortfall(ONE_PROCESS, fsdp=None)
+    assert capsys.readouterr().out == ""
+
+
+def test_fsdp_launched_with_cpu_says_at_the_start_that_it_runs_one_process(tmp_path):
+    """The real launch: `accelerate launch --config_file fsdp.yaml --num_processes 2 --cpu` runs one process."""
+    launcher = (*fsdp_launcher()[:-2], "--cpu", "-m", "hf_seq.cli")
+    small = ["training.max_steps=2", "training.eval_every=2", "data.max_chars=40000", "tokenizer.vocab_size=300"]
+    output = finish(_train(tmp_path, tmp_path / "run", small, launcher=launcher))
+    line = (
+        "note: accelerate launch asked for FSDP over 2 processes, but its one-process launcher started 1 process, "
+        "not distributed (leave out --cpu to start them)"
+    )
+    assert line in output.splitlines() and output.count("asked for FSDP") == 1, output
+    assert output.index(line) < output.index("tokenizing"), output  # at the start, before the data is read
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (metrics["distributed_type"], metrics["num_processes"]) == ("NO", 1)
