@@ -3,12 +3,14 @@
 safetensors has no checksum of its own: bytes flipped in its data section (a failing disk, a copy cut short and
 patched, a bad download) load without a word and give NaN or merely wrong logits. `checksums.json` beside the
 weights, in a finished run and in each of its checkpoints, records the hash of every `*.safetensors` file; `hf-seq
-evaluate / generate / push` and `--resume` verify it. `from_pretrained` does not: a folder re-saved on purpose with
+evaluate / generate / push` and `--resume` verify it; where a folder has no record, they refuse weights that hold NaN,
+infinity or values no trained weight reaches, naming the tensor. `from_pretrained` does not read the record: a folder re-saved on purpose with
 `save_pretrained` loads as any folder does (delete its stale `checksums.json` to use it with hf-seq again). The Hub
 shows the same SHA-256 for each uploaded weight file, so a downloaded copy can be checked against it too."""
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from hf_seq.errors import InvalidValueError
@@ -37,12 +39,21 @@ def record_checksums(folder, files=None) -> Path:
     return path
 
 
+class WeightValuesError(ChecksumError):
+    """A weight tensor holds NaN, infinity or values no trained weight reaches (a ValueError; `hf-seq` reports it in
+    one line)."""
+
+
 def verify_checksums(folder) -> list[str]:
     """Check every file `checksums.json` lists against its recorded SHA-256; returns the names checked (none where
-    the folder has no record). Raises ChecksumError naming the first file that is missing or differs."""
+    the folder has no record). Raises ChecksumError naming the first file that is missing or differs. A folder with
+    no record (written by `save_pretrained`, or downloaded without it) has its weights checked for NaN, infinity and
+    values no trained weight reaches instead (`check_weight_values`): damage the record would have caught mostly
+    shows there."""
     folder = Path(folder)
     record = folder / CHECKSUMS
     if not record.is_file():
+        check_weight_values(folder)
         return []
     try:
         recorded = json.loads(record.read_text())["sha256"]
@@ -62,3 +73,37 @@ def verify_checksums(folder) -> list[str]:
                 f"damaged since (a disk error, a copy or download cut short); {advice}"
             )
     return list(recorded)
+
+
+def check_weight_values(folder) -> None:
+    """Read the floating-point tensors of the `*.safetensors` files in `folder` one at a time and raise
+    WeightValuesError naming the first that holds NaN or infinity (a diverged run saved, or bytes damaged since)
+    or values larger than any trained weight reaches (bytes flipped since it was saved). A file that is not complete
+    safetensors is left to the loader, which names it."""
+    from safetensors import SafetensorError, safe_open
+
+    from hf_seq.models.utils import IMPLAUSIBLE_WEIGHT, weight_magnitude
+
+    advice = "copy or download the folder again"
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as file:
+                for name in file.keys():
+                    tensor = file.get_tensor(name)
+                    if not tensor.is_floating_point() or not tensor.numel():
+                        continue
+                    largest = weight_magnitude(tensor)
+                    if not math.isfinite(largest):
+                        raise WeightValuesError(
+                            f"{path}: tensor {name} holds NaN or infinite values: the weights were saved from a "
+                            "diverged run (lower the learning rate, clip gradients, use bf16 rather than fp16) or were "
+                            f"damaged since ({advice})"
+                        )
+                    if largest > IMPLAUSIBLE_WEIGHT:
+                        raise WeightValuesError(
+                            f"{path}: tensor {name} holds a value of magnitude {largest:.3g}, beyond "
+                            f"{IMPLAUSIBLE_WEIGHT:.0e}, which no trained weight reaches: the file was damaged after it "
+                            f"was saved (flipped bytes); {advice}"
+                        )
+        except SafetensorError:
+            continue

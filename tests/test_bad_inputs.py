@@ -387,6 +387,17 @@ def test_loading_refuses(saved_gpt, tmp_path, fault):
         AutoModelForCausalLM.from_pretrained(folder)
 
 
+def test_loading_warns_of_values_no_trained_weight_reaches(saved_gpt, tmp_path):
+    """Most bytes flipped in a weight file leave the values finite but huge (a flipped exponent bit makes 0.02 about
+    7e36), and the logits NaN: from_pretrained warns naming the tensor; hf-seq commands refuse the folder."""
+    folder = tmp_path / "copy"
+    shutil.copytree(saved_gpt, folder)
+    _poison(folder, 3e37)
+    with pytest.warns(UserWarning, match=r"beyond 1e\+10.*model\.layers\.1\.mlp\.up_proj\.weight \(3e\+37\)"):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    assert not torch.isfinite(forward(model, torch.tensor([[3, 4, 5]])).logits).all()  # what the warning is for
+
+
 def _error_type(action):
     try:
         action()

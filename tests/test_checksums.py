@@ -2,12 +2,13 @@
 
 import hashlib
 import json
+import re
 import shutil
 import struct
 
 import pytest
 
-from hf_seq.checksums import ChecksumError
+from hf_seq.checksums import ChecksumError, WeightValuesError
 from hf_seq.cli import main
 from hf_seq.hub import push, upload_contents
 from hf_seq.training import evaluate_folder, run
@@ -24,6 +25,28 @@ def flip_data_bytes(path, count=64):
     for value in range(count):
         data[middle + 4 * value] ^= 0x01  # little-endian: byte 0 of a float32 holds its lowest mantissa bits
     path.write_bytes(bytes(data))
+
+
+def damage_one_value(path, how: str) -> str:
+    """Damage the float32 value in the middle of the file's largest tensor: `nan` writes 0xFF bytes over it (a NaN),
+    `exponent` flips the highest bit of its exponent (0.02 becomes about 7e36: finite, and the logits NaN). Returns
+    the tensor's name."""
+    data = bytearray(path.read_bytes())
+    header_size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + header_size])
+    name, entry = max(
+        ((k, v) for k, v in header.items() if k != "__metadata__"),
+        key=lambda kv: -kv[1]["data_offsets"][0] + kv[1]["data_offsets"][1],
+    )
+    assert entry["dtype"] == "F32"
+    first, last = entry["data_offsets"]
+    at = 8 + header_size + first + (last - first) // 8 * 4
+    if how == "nan":
+        data[at : at + 4] = b"\xff" * 4
+    else:
+        data[at + 3] ^= 0x40  # little-endian: byte 3 holds the sign and the highest exponent bits
+    path.write_bytes(bytes(data))
+    return name
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +107,24 @@ def test_resume_treats_a_damaged_checkpoint_as_damage_and_uses_the_previous_one(
     printed = capsys.readouterr().out
     assert f"{latest / 'model.safetensors'} does not match" in printed
     assert "(step 2)" in printed and summary["steps"] == 6
+
+
+@pytest.mark.parametrize(
+    "how, says",
+    [("nan", "holds NaN or infinite values"), ("exponent", r"holds a value of magnitude \S+e\+\d+, beyond 1e\+10")],
+)
+def test_without_a_record_damaged_weights_are_refused_naming_the_tensor(finished, tmp_path, capsys, how, says):
+    folder = tmp_path / "run"
+    shutil.copytree(finished, folder)
+    (folder / "checksums.json").unlink()  # as save_pretrained leaves a folder
+    name = damage_one_value(folder / "model.safetensors", how)
+    named = rf"{folder / 'model.safetensors'}: tensor {name} {says}"
+    with pytest.raises(WeightValuesError, match=named):
+        evaluate_folder(folder)
+    with pytest.raises(WeightValuesError, match=named):
+        push(folder, "someone/tiny", dry_run=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", str(folder), "--prompt", "def", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("hf-seq: error: ") and err.count("\n") == 1, err
+    assert re.search(named, err)
