@@ -182,6 +182,8 @@ def build_model(recipe: Recipe, prepared: tasks.Prepared):
     model_class = get_family(recipe.family).model_class(prepared.task.auto_class)
     source = recipe.model.get("from_pretrained")
     if source:
+        if Path(source).is_dir():  # damaged weights are named in one line, recorded checksums or not
+            verify_checksums(Path(source))
         options = {k: v for k, v in recipe.model.items() if k != "from_pretrained"}
         try:
             return model_class.from_pretrained(source, **prepared.label_kwargs, **options)

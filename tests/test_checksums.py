@@ -128,3 +128,12 @@ def test_without_a_record_damaged_weights_are_refused_naming_the_tensor(finished
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("hf-seq: error: ") and err.count("\n") == 1, err
     assert re.search(named, err)
+    # a run that starts from the folder (model.from_pretrained) refuses it the same way, before any training
+    from hf_seq.finetuning import finetune
+    from hf_seq.recipes import load_recipe
+
+    tree = {"family": "gpt", "task": "sequence_classification", "model": {"from_pretrained": str(folder)}}
+    tree |= {"data": {"dataset": "parentheses", "block_size": 32, "max_examples": 64, "eval_examples": 8}}
+    tree |= {"training": {"batch_size": 8, "max_steps": 1, "output_dir": str(tmp_path / "from-damaged")}}
+    with pytest.raises(WeightValuesError, match=named):
+        finetune(load_recipe(tree, command="finetune"))
