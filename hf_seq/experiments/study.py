@@ -376,8 +376,9 @@ class StudyRun:
         """The member's size parameter, shapes (on the meta device), FLOPs per token and steps under the budget."""
         vocab_size = len(self.data.prepared.tokenizer)
         size = matched_size_of(row, self.s, vocab_size, self.study.auto_class, target, self.study.size_limit)
-        params, non_embedding = count_parameters(self.build(row, size))
-        flops = self.study.flops(self.build(row, size), self.data, self.s)
+        shapes = self.build(row, size)
+        params, non_embedding = count_parameters(shapes)
+        flops = self.study.flops(shapes, self.data, self.s)
 
         def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
             return seconds_per_step(self.build(row, size, "cpu"), self.study.step_batch(self.data, self.s, vocab_size))
