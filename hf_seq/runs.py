@@ -122,7 +122,7 @@ def budget_note(t) -> str | None:
     if t.max_steps is None:
         return (
             f"training.max_seconds={t.max_seconds:g} is the budget (no step limit): the schedule is fitted to the "
-            "steps that fit, at the speed measured at step 10 and 50"
+            "steps that fit, re-planned as the measured speed changes"
         )
     return (
         f"training.max_steps={t.max_steps} and training.max_seconds={t.max_seconds:g} given: the run ends at "

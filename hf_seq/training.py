@@ -85,7 +85,9 @@ class TrainState:
     real_tokens: int = 0  # not padding; for sentence pairs, source and target
     padded_tokens: int = 0  # sentence pairs: both sides as batched
     best: dict | None = None
-    plan_mark: list | None = None  # (step, seconds) of the last wall-clock plan
+    plan_mark: list | None = None  # (step, seconds, eval_seconds) where the speed is next measured from
+    plan_speed: float | None = None  # seconds per step the current wall-clock plan assumes
+    eval_seconds: float = 0.0  # time spent in evaluations, kept apart from the steps' speed
     stopped_early: int | None = None
 
     @classmethod
@@ -111,7 +113,7 @@ class Session:
     distributed: dict
     fsdp: object = None  # the FSDP settings of the launch, if any
     tracker: str | None = None
-    plan: bool = False  # a wall-clock budget still to be fitted (at steps 10 and 50)
+    plan: bool = False  # a wall-clock budget: the schedule is fitted to it as the run goes (`replan`)
 
     @property
     def output_dir(self) -> Path:
@@ -187,10 +189,13 @@ def setup(recipe: Recipe, resume: bool, overwrite: bool, prepared=None) -> Sessi
         planned = session.state.planned_steps if t.max_seconds else step_cap
         session.state.planned_steps = min(planned, step_cap)
         session.scheduler = _scheduler(t, optimizer, session.state.planned_steps, state_dict=scheduler.state_dict())
-    # a wall-clock budget is fitted at steps 10 and 50; a resumed run keeps the plan it made before the interruption
-    session.plan = bool(t.max_seconds) and (not resume or session.state.plan_mark is None)
+    # a wall-clock budget is fitted as the run goes; a resumed run measures its speed afresh from where it resumes
+    session.plan = bool(t.max_seconds)
+    if resume and session.plan and session.state.plan_mark is not None:
+        s = session.state
+        s.plan_mark = [s.step, s.seconds, s.eval_seconds]
     if budget_note(t):
-        plan_note = "; the speed at step 10 and 50 says which" if session.plan and t.max_steps else ""
+        plan_note = "; the speed measured as the run goes says which" if session.plan and t.max_steps else ""
         accelerator.print(budget_note(t) + plan_note)
     if tracker:
         accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
@@ -301,7 +306,7 @@ def loop(session: Session, progress: bool) -> None:
     """Steps until the planned end, a time limit or early stopping; evaluations every training.eval_every steps and
     at the end; checkpoints every training.save_every steps and on Ctrl-C / SIGTERM (which then exits)."""
     s, recipe, t, accelerator = session.state, session.recipe, session.recipe.training, session.accelerator
-    total = None if session.plan else s.planned_steps  # known once the budget is planned
+    total = None if s.planned_steps >= UNPLANNED_STEPS else s.planned_steps  # known once the budget is planned
     disable = not (progress and accelerator.is_local_main_process)
     bar = tqdm(total=total, initial=s.step, desc="training", disable=disable)
     start_time = time.perf_counter() - s.seconds
@@ -326,12 +331,13 @@ def loop(session: Session, progress: bool) -> None:
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{session.scheduler.get_last_lr()[0]:.2e}")
             if session.tracker:
                 accelerator.log({"train/loss": loss, "train/lr": session.scheduler.get_last_lr()[0]}, step=s.step)
-            # plan at step 10, and again at 50 once the first steps' warm-up no longer weighs on the speed
-            if session.plan and s.step in (10, 50) and s.step < s.planned_steps:
+            if session.plan and s.step < s.planned_steps and _plan_due(s, after_evaluation=False):
                 replan(session, bar)
             last = s.step >= s.planned_steps or _out_of_time(t, s, accelerator)
             if s.step % t.eval_every == 0 or last:
                 last = evaluate_now(session, bar, last)
+                if session.plan and not last and _plan_due(s, after_evaluation=True):
+                    replan(session, bar)
             interrupted = _any(accelerator, stop.signal is not None)
             if (s.step % t.save_every == 0 and not last) or interrupted:
                 save_checkpoint(
@@ -353,14 +359,19 @@ def loop(session: Session, progress: bool) -> None:
 
 
 def replan(session: Session, bar) -> None:
-    """Fit the schedule to the steps the wall-clock budget holds at the speed measured so far."""
+    """Fit the schedule to the steps the wall-clock budget still holds at the speed measured since the last mark, so
+    the run ends at its time limit with the learning rate at the schedule's floor, also when the machine slows down
+    or speeds up part-way (`_plan_due` says when)."""
     s, t = session.state, session.recipe.training
+    before, first = s.planned_steps, s.plan_speed is None
     fit, per_step = _plan_steps(t, s, session.accelerator)
     s.planned_steps = min(fit, t.max_steps or UNPLANNED_STEPS)
-    session.scheduler = _scheduler(t, session.optimizer, s.planned_steps, state_dict=session.scheduler.state_dict())
-    bar.total = s.planned_steps
-    bar.refresh()
-    if session.accelerator.is_main_process:
+    if s.planned_steps != before:
+        session.scheduler = _scheduler(t, session.optimizer, s.planned_steps, state_dict=session.scheduler.state_dict())
+        bar.total = s.planned_steps
+        bar.refresh()
+    # said at the first plan, and when a later one moves the end by more than 2%
+    if session.accelerator.is_main_process and (first or abs(s.planned_steps - before) > before / 50):
         bar.write(f"step {s.step}: {_plan_note(t, s, fit, per_step)}")
 
 
@@ -368,8 +379,12 @@ def evaluate_now(session: Session, bar, last: bool) -> bool:
     """One periodic evaluation, logged and shown; keeps the weights model selection or averaging needs. Returns
     whether this is the last step: `last`, or training.patience says to stop here."""
     s, recipe, t, accelerator = session.state, session.recipe, session.recipe.training, session.accelerator
+    started = time.perf_counter()
     metrics = tasks.evaluate(recipe, session.prepared, session.plain, accelerator.device)
+    elapsed = time.perf_counter() - started
     s.evaluations.append({"step": s.step, "tokens": s.tokens, "seconds": s.seconds} | metrics)
+    s.eval_seconds += elapsed
+    s.seconds += elapsed  # the run's clock so far includes this evaluation
     if session.tracker:
         accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=s.step)
     if accelerator.is_main_process:
@@ -436,6 +451,9 @@ def summarize(session: Session, final: dict, averaged: list[int] | None) -> dict
         "seconds": s.seconds,
         "tokens_per_second": s.tokens / max(s.seconds, 1e-9),
         "final_train_loss": s.losses[-1] if s.losses else None,
+        # the schedule the run finished (a wall-clock budget re-plans it as it goes; None: stopped before a plan)
+        "schedule_steps": s.planned_steps if s.planned_steps < UNPLANNED_STEPS else None,
+        "final_learning_rate": session.scheduler.get_last_lr()[0],
         "epochs": epochs_trained(recipe, prepared.train, s.step, processes) if rows else None,
         **token_summary(s),
         **({"best_step": s.best["step"], "selected_by": recipe.training.select_by} if s.best else {}),
@@ -655,13 +673,51 @@ def _plan_note(t, state: TrainState, fit: int, per_step: float) -> str:
     )
 
 
+# A wall-clock plan is made at step 10 (a first guess, warm-up included), at step 50 (past it), after every
+# evaluation, and whenever the speed of the last `_drift_window` steps strays more than PLAN_DRIFT from the plan's.
+PLAN_DRIFT = 0.10
+
+
+def _drift_window(state: TrainState) -> int:
+    return max(10, min(state.planned_steps, UNPLANNED_STEPS - 1) // 20)
+
+
+def _plan_due(state: TrainState, after_evaluation: bool) -> bool:
+    """Whether to re-plan the wall-clock schedule now. Between plans the speed is measured over windows of steps;
+    a window that keeps to the plan's speed only moves the mark, so a slow-down is seen within one window."""
+    mark_step, mark_seconds, mark_eval = _mark(state)
+    steps = state.step - mark_step
+    if state.plan_speed is None or (state.step == 50 and not after_evaluation):
+        return state.step >= 10 and steps > 0
+    if after_evaluation:
+        return steps >= 5  # fewer steps would be too noisy a speed
+    if steps < _drift_window(state):
+        return False
+    per_step = (state.seconds - mark_seconds - (state.eval_seconds - mark_eval)) / steps
+    if abs(per_step / state.plan_speed - 1) > PLAN_DRIFT:
+        return True
+    state.plan_mark = [state.step, state.seconds, state.eval_seconds]
+    return False
+
+
+def _mark(state: TrainState) -> tuple[int, float, float]:
+    mark = list(state.plan_mark or (0, 0.0, 0.0))
+    return (*mark, 0.0)[:3] if len(mark) == 2 else tuple(mark)  # checkpoints before eval_seconds kept two
+
+
 def _plan_steps(t, state: TrainState, accelerator) -> tuple[int, float]:
-    """With a wall-clock budget, the number of steps that fit in it at the speed measured so far (agreed on by
-    every process), so the learning-rate schedule ends when the budget does; and that speed in seconds per step."""
-    mark_step, mark_seconds = state.plan_mark or (0, 0.0)  # the speed since the last plan: past the warm-up
-    per_step = (state.seconds - mark_seconds) / (state.step - mark_step)
-    state.plan_mark = [state.step, state.seconds]
-    planned = torch.tensor(state.step + int((t.max_seconds - state.seconds) / per_step), device=accelerator.device)
+    """With a wall-clock budget, the number of steps that fit in what is left of it at the speed measured since the
+    last mark (agreed on by every process), so the learning-rate schedule ends when the budget does; and that speed
+    in seconds per step. Time spent evaluating is kept apart: the evaluations still to come (every
+    training.eval_every steps, and the final one) are set aside from what is left before the steps are counted."""
+    mark_step, mark_seconds, mark_eval = _mark(state)
+    per_step = (state.seconds - mark_seconds - (state.eval_seconds - mark_eval)) / (state.step - mark_step)
+    evaluations = len(state.evaluations)
+    per_eval = state.eval_seconds / evaluations if evaluations else 0.0
+    state.plan_mark, state.plan_speed = [state.step, state.seconds, state.eval_seconds], per_step
+    left = t.max_seconds - state.seconds - per_eval  # the final evaluation
+    steps = left / (per_step + per_eval / t.eval_every) if per_step > 0 else UNPLANNED_STEPS
+    planned = torch.tensor(state.step + int(max(steps, 0)), device=accelerator.device)
     planned = accelerator.reduce(planned, reduction="min").item() if accelerator.num_processes > 1 else planned.item()
     return max(state.step + 1, int(planned)), per_step
 

@@ -80,3 +80,33 @@ def test_finetune_stops_at_max_seconds_and_needs_max_steps(tmp_path, fake_clock)
         load_recipe(tree, ["training.max_seconds=50"], command="finetune")
     recipe = load_recipe(tree, ["training.max_seconds=50", "training.max_steps=12"], command="finetune")
     assert finetuning.finetune(recipe)["steps"] == 5  # the clock passes 50 s at the end of step 5
+
+
+def test_a_run_that_slows_down_still_ends_on_its_budget_with_the_schedule_finished(tmp_path, monkeypatch):
+    """Half the speed after the first 10% of the steps: the re-planned schedule still ends at the time limit, with the
+    learning rate at its floor (a plan made once, at step 50, would stop part-way down the cosine). The clock moves
+    only in the steps (10 s, then 20 s) and the evaluations (30 s each)."""
+    now, steps = [0.0], [0]
+
+    def slowing_step(*args, **kwargs):
+        steps[0] += 1
+        now[0] += 10.0 if steps[0] <= 40 else 20.0  # 40 steps: 10% of the 400 that 4,000 s held at the start
+        return train_step(*args, **kwargs)
+
+    def slow_evaluation(*args, **kwargs):
+        now[0] += 30.0
+        return evaluate(*args, **kwargs)
+
+    train_step, evaluate = training.train_step, training.tasks.evaluate
+    monkeypatch.setattr(training, "time", types.SimpleNamespace(perf_counter=lambda: now[0], sleep=lambda s: None))
+    monkeypatch.setattr(training, "train_step", slowing_step)
+    monkeypatch.setattr(training.tasks, "evaluate", slow_evaluation)
+    recipe = _recipe(tmp_path, max_seconds=4000)
+    recipe.training.eval_every = 25
+    summary = training.run(recipe, progress=False)
+    assert abs(summary["seconds"] - 4000) <= 400
+    assert summary["steps"] == summary["schedule_steps"]
+    # 40 steps at 10 s, the rest at 20 s, less the evaluations' time: (4000 - 400 - 8 * 30) / 20 = 168 more
+    assert 190 <= summary["steps"] <= 215
+    assert summary["final_learning_rate"] == pytest.approx(0.0, abs=1e-12)
+    assert recipe.training.scheduler.startswith("cosine")
