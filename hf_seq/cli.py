@@ -309,8 +309,10 @@ def _model_folder(folder: str) -> str:
     return folder
 
 
-def parse_sizes(text: str) -> list[int]:
-    """`0.4M,1.6M,6.4M` or `400000,1600000` as parameter counts."""
+def parse_sizes(text: str) -> list[int] | str:
+    """`0.4M,1.6M,6.4M` or `400000,1600000` as parameter counts, or `auto`."""
+    if text.strip().lower() == "auto":
+        return "auto"
     sizes = []
     for item in text.split(","):
         number = item.strip().upper()
@@ -497,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
     budget.add_argument("--budget-flops", type=float, help="training FLOPs per member (6N + attention per token)")
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
-    p.add_argument("--sizes", type=parse_sizes, help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M")
+    p.add_argument("--sizes", type=parse_sizes, help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M, or auto: each member at the size that short pilot "
+        "runs predict best for the budget (the default with --budget-seconds or --budget-flops)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per member and size: mean and spread")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
     p.add_argument("--members", help=members_help)

@@ -8,7 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
-from hf_seq.experiments import study
+from hf_seq.experiments import sizing, study
 from hf_seq.experiments.study import save_log_plot, summarize
 
 
@@ -18,11 +18,103 @@ def size_sections(result: dict, header: str, row, order, higher_is_better: bool 
     summary = summarize(result["members"], result["metric"])
     lines = []
     for target in result["sizes"]:
-        lines += [f"## Non-embedding parameters {target:,}", "", header, "|" + "---|" * (header.count("|") - 1)]
+        heading = "Sizes chosen by the budget" if target == study.AUTO else f"Non-embedding parameters {target:,}"
+        lines += [f"## {heading}", "", header, "|" + "---|" * (header.count("|") - 1)]
         lines += [row(r) for r in result["members"] if r["target"] == target]
         rows = [r for r in summary if r["target"] == target]
         lines += study.ordering_lines(rows, order, result["seeds"], higher_is_better)
+    return lines + sizing_lines(result)
+
+
+def sizing_lines(result: dict) -> list[str]:
+    """`--sizes auto`: each member's pilots, its fitted loss surface, the size chosen for the budget with the loss
+    predicted there, and the loss its final run reached; then what the fits predict at other budgets."""
+    sized = [r for r in result["members"] if r.get("sizing") and r["seed"] == 0]
+    if not sized:
+        return []
+    lines = [
+        "## How the sizes were chosen",
+        "",
+        f"Each member trained {len(sized[0]['sizing']['pilots'])} pilots, each on {sizing.PILOT_FRACTION:.0%} of its "
+        "budget with the default settings; one loss surface L(N, D) = E + A / N^alpha + B / D^beta (Hoffmann et al. "
+        "2022) was fitted to the pilots' validation losses (nats per token, on the periodic evaluations' examples) "
+        "against non-embedding parameters N and training tokens D, and the member was trained at the N that the "
+        "surface predicts best for the budget. 'Predicted' is the surface at the size and tokens the final run "
+        "really trained; 'reached' is that run's last validation loss.",
+        "",
+        "| member | pilots: N (validation loss) | E | A | alpha | B | beta | fit RMSE | chosen N | predicted | reached |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sized:
+        z = r["sizing"]
+        pilots = ", ".join(
+            f"{p['non_embedding_params']:,} ({p['final_eval_loss']:.3f})" if p["final_eval_loss"] is not None
+            else f"{p['non_embedding_params']:,}"
+            for p in z["pilots"]
+        )  # fmt: skip
+        fit = z["fit"]
+        if fit is None:
+            lines.append(f"| {r['title']} | {pilots} | no fit (too few points) | | | | | | "
+                         f"{r['non_embedding_params']:,} | | {_loss(z['reached_eval_loss'])} |")  # fmt: skip
+            continue
+        lines.append(
+            f"| {r['title']} | {pilots} | {fit['E']:.3f} | {fit['A']:.3g} | {fit['alpha']:.2f} | {fit['B']:.3g} | "
+            f"{fit['beta']:.2f} | {fit['rmse']:.3f} | {r['non_embedding_params']:,} | "
+            f"{_loss(z['predicted_at_reached'])} | {_loss(z['reached_eval_loss'])} |"
+        )
+    errors = [
+        r["sizing"]["reached_eval_loss"] - r["sizing"]["predicted_at_reached"]
+        for r in sized
+        if r["sizing"]["predicted_at_reached"] is not None and r["sizing"]["reached_eval_loss"] is not None
+    ]
+    if errors:
+        lines += ["", f"The final runs reached losses {min(errors):+.3f} to {max(errors):+.3f} nats from the fits' "
+                      "predictions (negative: better than predicted; a pilot's curve is measured part-way down its "
+                      "own schedule, so the surface tends to be pessimistic)."]  # fmt: skip
+    lines += budget_lines(sized, result)
+    return lines + [""]
+
+
+def budget_lines(sized: list[dict], result: dict) -> list[str]:
+    """The fits' best predicted loss (and its size) for each member at budgets 1/4x to 16x this one: where one
+    member overtakes another."""
+    from hf_seq.experiments.sizing import Pilot
+
+    fits = {r["name"]: r["sizing"]["fit"] for r in sized if r["sizing"]["fit"]}
+    if len(fits) < 2:
+        return []
+    pilots = {
+        r["name"]: [Pilot(p["size"], p["non_embedding_params"], p["flops_per_token"], p["seconds"], p["tokens"], [])
+                    for p in r["sizing"]["pilots"]]
+        for r in sized
+    }  # fmt: skip
+    table = sizing.budget_table(fits, pilots, sized[0]["sizing"]["chosen_budget"])
+    names = [r["name"] for r in sized if r["name"] in fits]
+    lines = [
+        "",
+        "What the fits predict at other budgets (best validation loss, at the size in brackets; an extrapolation, "
+        "most of all past 4x):",
+        "",
+        "| budget | " + " | ".join(names) + " |",
+        "|---:|" + "---|" * len(names),
+    ]
+    for row in table:
+        best = min(names, key=lambda n: row[n]["predicted_eval_loss"])
+        cells = [
+            ("**{:.3f}**" if n == best else "{:.3f}").format(row[n]["predicted_eval_loss"])
+            + f" ({row[n]['non_embedding_params']:,})"
+            for n in names
+        ]
+        lines.append(f"| {row['scale']:g}x | " + " | ".join(cells) + " |")
     return lines
+
+
+def _at_size(target) -> str:
+    return "at the size chosen for the budget" if target == study.AUTO else f"at {target:,} non-embedding parameters"
+
+
+def _loss(value) -> str:
+    return "" if value is None else f"{value:.3f}"
 
 
 # ---------------------------------------------------------------------------------------------- language models
@@ -157,7 +249,7 @@ def margin_lines(result: dict) -> list[str]:
     lines = [
         f"## How far from the literature's margin ({NGRAM_MARGIN:.0%} below the n-gram in perplexity)",
         "",
-        f"Measured: the best network at {result['sizes'][-1]:,} non-embedding parameters ({title}) has "
+        f"Measured: the best network {_at_size(result['sizes'][-1])} ({title}) has "
         f"{margin['split']} perplexity {margin['perplexity']:.1f} against the n-gram's {margin['ngram']:.1f}: "
         + (f"{margin['margin']:.0%} below it." if margin["margin"] >= 0 else f"{-margin['margin']:.0%} above it."),
         "",

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_seq.errors import InvalidValueError
+from hf_seq.experiments import sizing
 
 TUNE_FRACTION = 0.25  # a tuning trial trains on this share of the member's budget
+AUTO = "auto"  # --sizes auto: each member at the size its pilots' fit predicts best for the budget (sizing.py)
 EPOCH_FOR_DROPOUT = 1.0  # past this many epochs of the training text, dropout is on by default
 DROPOUT_PAST_AN_EPOCH = 0.1
 
@@ -91,7 +93,7 @@ class Options:
     budget_seconds: float | None = None
     budget_flops: float | None = None
     members: tuple | None = None  # None: every member
-    sizes: list | None = None  # None: the settings' target
+    sizes: list | str | None = None  # "auto": chosen by the budget (the default under seconds or FLOPs); None: target
     seeds: int = 1
     tune: int = 0
     threads: int | None = None
@@ -134,6 +136,7 @@ class Plan:
     flops: float
     steps: int | None
     past_epoch: bool
+    step_seconds: float | None = None  # a timed training step, under a seconds budget
 
 
 class Study:
@@ -343,16 +346,48 @@ class StudyRun:
                         self.fixed[name] = self.study.fit_fixed(row, self.data, self.s, self.given, self.output_dir)
                     records.append(dict(self.fixed[name]) | {"target": target, "seed": 0})
                     continue
-                plan = self.plan(row, target)
+                sized = self.size_by_budget(row) if target == AUTO else None
+                plan = self.plan(row, sized["chosen"]["non_embedding_params"] if sized else target)
                 trials, chosen = self.tune(row, plan, target)
                 for seed in range(options.seeds):
                     single = len(sizes) == 1 and options.seeds == 1
                     folder = self.output_dir / (name if single else f"{name}-{target}-seed{seed}")
-                    self.say(f"lineage: training {name} (size {target:,}, seed {seed}, {chosen})")
+                    self.say(f"lineage: training {name} (size {plan.non_embedding:,}, seed {seed}, {chosen})")
                     record = self.train(row, plan, chosen, seed, folder, plan.steps, options.budget_seconds, True)
                     self.say(f"lineage: {name}: {self.study.scored_line(record, self.study.metric(self.data))}")
+                    if sized:
+                        record["sizing"] = sizing.reached(sized, record)
                     records.append(record | {"target": target, "seed": seed, "trials": trials})
         return records
+
+    def size_by_budget(self, row: Member) -> dict:
+        """`--sizes auto`: pilots of the member at PILOT_SCALES times the settings' target, each on PILOT_FRACTION of
+        the budget with its default settings; the loss surface fitted to their curves; the size it predicts best for
+        the budget (`hf_seq.experiments.sizing`). Without a fit (too few points) the settings' target."""
+        budget = {k: v for k, v in self.given.items() if k in ("seconds", "flops")}
+        pilots = []
+        for scale in sizing.PILOT_SCALES:
+            plan = self.plan(row, round(self.s.target * scale))
+            steps = max(1, math.ceil(plan.steps * sizing.PILOT_FRACTION)) if plan.steps else None
+            seconds = budget["seconds"] * sizing.PILOT_FRACTION if "seconds" in budget else None
+            expected = steps or seconds / plan.step_seconds
+            every = max(1, round(expected / sizing.PILOT_EVALUATIONS))
+            defaults = {"learning_rate": self.s.learning_rate, "dropout": default_dropout(plan.past_epoch)}
+            folder = self.output_dir / "pilots" / f"{row.name}-{plan.non_embedding}"
+            self.say(f"lineage: {row.name} pilot at {plan.non_embedding:,} non-embedding parameters")
+            got = self.train(row, plan, defaults, 0, folder, steps, seconds, False, eval_every=every)
+            pilots.append(sizing.Pilot(plan.size, plan.non_embedding, plan.flops, got["seconds"],
+                                       got["steps"] * self.data.tokens_per_step, got["curve"]))  # fmt: skip
+        fit = sizing.fit_surface(sizing.fit_points(pilots))
+        if fit is None:
+            chosen = {"non_embedding_params": self.s.target, "tokens": None, "predicted_eval_loss": None}
+            self.say(f"lineage: {row.name}: too few pilot evaluations to fit; trained at the default size")
+        else:
+            smallest = count_parameters(self.build(row, 1))[1]
+            chosen = sizing.choose(fit, pilots, budget, smallest=smallest)
+            self.say(f"lineage: {row.name}: the fit predicts {chosen['predicted_eval_loss']:.3f} at "
+                     f"{chosen['non_embedding_params']:,} non-embedding parameters for the budget")  # fmt: skip
+        return {"pilots": pilots, "fit": fit, "chosen": chosen, "budget": budget}
 
     def tune(self, row: Member, plan: Plan, target: int) -> tuple[list[dict], dict]:
         """(the trials, the settings chosen): the defaults without tuning."""
@@ -362,7 +397,7 @@ class StudyRun:
             folder = self.output_dir / "trials" / f"{row.name}-{target}-{k}"
             steps = max(1, math.ceil(plan.steps * TUNE_FRACTION)) if plan.steps else None
             got = self.train(row, plan, trial, 0, folder, steps, seconds and seconds * TUNE_FRACTION, False)
-            trials.append(trial | got)
+            trials.append(trial | {k: v for k, v in got.items() if k != "curve"})
             self.say(f"lineage: {row.name} trial {k}: {trial} -> validation loss {got['eval_loss']:.4f}")
         if trials:
             best = min(trials, key=lambda t: t["eval_loss"])
@@ -380,16 +415,24 @@ class StudyRun:
         params, non_embedding = count_parameters(shapes)
         flops = self.study.flops(shapes, self.data, self.s)
 
+        timed = []
+
         def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
-            return seconds_per_step(self.build(row, size, "cpu"), self.study.step_batch(self.data, self.s, vocab_size))
+            batch = self.study.step_batch(self.data, self.s, vocab_size)
+            timed.append(seconds_per_step(self.build(row, size, "cpu"), batch))
+            return timed[-1]
 
         steps, past_epoch = plan_steps(self.given, self.s.budget_tokens, flops, self.data.tokens_per_step,
                                        self.data.train_tokens, step_time)  # fmt: skip
-        return Plan(size, params, non_embedding, flops, steps, past_epoch)
+        return Plan(size, params, non_embedding, flops, steps, past_epoch, timed[-1] if timed else None)
 
-    def train(self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool):
+    def train(
+        self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool,
+        eval_every: int | None = None,
+    ):  # fmt: skip
         """One training run through `hf_seq.training.run` (or a finished run of the very same recipe, reused): a
-        tuning trial reports its `trial_keys`; a final run (`score`) is scored by the study."""
+        tuning trial or a pilot reports its `trial_keys`, seconds and validation curve; a final run (`score`) is
+        scored by the study."""
         from hf_seq.recipes import load_recipe
         from hf_seq.runs import finished_run
         from hf_seq.training import run
@@ -403,7 +446,7 @@ class StudyRun:
         tree["training"] |= {"output_dir": str(folder), "log_with": "none", "max_steps": steps, "max_seconds": seconds}
         tree["training"] |= {"threads": self.options.threads, "seed": seed, "batch_size": s.batch_size}
         tree["training"] |= {"learning_rate": settings["learning_rate"], "warmup_steps": s.warmup_steps}
-        tree["training"] |= {"eval_every": s.eval_every, "save_every": 10**9, "select_by": "loss"}
+        tree["training"] |= {"eval_every": eval_every or s.eval_every, "save_every": 10**9, "select_by": "loss"}
         tree["card"] = {"description": f"The {row.title} member of the hf-seq {self.study.title}."}
         for section, keys in self.study.member_recipe(data, s, row, plan, score).items():
             tree[section] |= keys
@@ -416,7 +459,8 @@ class StudyRun:
             print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
         summary = result.summary
         if not score:
-            return {k: summary[k] for k in self.study.trial_keys}
+            curve = [(c["step"] * data.tokens_per_step, c["eval_loss"]) for c in result.evaluations]
+            return {k: summary[k] for k in self.study.trial_keys} | {"seconds": summary["seconds"], "curve": curve}
         record = {"name": row.name, "title": row.title, "family": row.family, "config": recipe.model}
         record |= {"params": plan.params, "non_embedding_params": plan.non_embedding, "flops_per_token": plan.flops}
         record |= settings | {"best_step": summary.get("best_step"), "epochs": summary.get("epochs")}
@@ -424,6 +468,7 @@ class StudyRun:
         record |= {"seconds": summary["seconds"]}
         record["tokens_per_second"] = record["train_tokens"] / max(summary["seconds"], 1e-9)
         record["curve"] = [{k: c.get(k) for k in self.study.curve_keys} for c in result.evaluations]
+        record["final_eval_loss"] = result.evaluations[-1]["eval_loss"] if result.evaluations else None
         return record | self.study.score(row, result, plan, data, s)
 
 
@@ -464,6 +509,14 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
             )
     if seeds < 1 or tune < 0:
         raise InvalidValueError(f"lineage: --seeds must be >= 1 and --tune >= 0, got {seeds} and {tune}")
+    timed = "seconds" in given or "flops" in given
+    if sizes == AUTO or (sizes is None and timed):  # under a seconds or FLOPs budget the size follows the budget
+        if not timed:
+            raise InvalidValueError(
+                "lineage: --sizes auto needs a --budget-seconds or --budget-flops (a token budget does not trade "
+                "size against tokens: the largest size would always win)"
+            )
+        return given, [AUTO]
     sizes = sorted(sizes) if sizes else [target]
     if any(size <= 0 for size in sizes):
         raise InvalidValueError(f"lineage: --sizes must be positive parameter counts, got {sizes}")
