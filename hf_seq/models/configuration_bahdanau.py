@@ -81,6 +81,9 @@ class BahdanauConfig(PreTrainedConfig):
     bridge="final_state", decoder_input="embedding", output_layer="linear", cell_type="lstm", num_hidden_layers=4.
     - `initializer_range`: the std of the paper's N(0, 0.01^2) initialisation (appendix B.1); the alignment matrices
       W_a, U_a start at a tenth of it, v_a and the biases at 0, the recurrent matrices random orthogonal.
+    - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
+      chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
+      `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
     """
 
     model_type = "hf_seq_bahdanau"
@@ -112,6 +115,7 @@ class BahdanauConfig(PreTrainedConfig):
     source_word_dropout: float = 0.0
     initializer_range: float = 0.01
     tie_word_embeddings: bool = False
+    fused_loss: bool = True
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0

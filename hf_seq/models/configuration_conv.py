@@ -19,6 +19,9 @@ class ConvConfig(PreTrainedConfig):
     - Dilations 1, 2, 4, ..., 2^(`dilation_cycle` - 1), the cycle repeated `num_blocks` times (the paper: 1, ..., 512
       three times); `num_hidden_layers` = dilation_cycle * num_blocks (read-only).
     - `dropout` on every z_l (the paper: none); `tie_word_embeddings`: U is the token embedding table.
+    - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
+      chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
+      `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
 
     **Receptive field.** A layer's output at t reads inputs t - i d_l, i < k, so the stack's output at t reads the
     tokens t - R + 1, ..., t and nothing older, with
@@ -43,6 +46,7 @@ class ConvConfig(PreTrainedConfig):
     dropout: float = 0.0
     initializer_range: float = 0.02
     tie_word_embeddings: bool = False
+    fused_loss: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1

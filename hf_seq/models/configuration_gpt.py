@@ -32,6 +32,9 @@ class GPTConfig(PreTrainedConfig):
       the LM loss; `output_router_logits` returns each layer's router logits.
     - Dropout: `embedding_dropout` on the embedding sum, `attention_dropout` on the attention weights,
       `hidden_dropout` on each sub-layer's output; `dropout=p` sets all three (nanoGPT's single `dropout`).
+    - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
+      chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
+      `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
 
     GPT-2's names (`n_embd`, `n_layer`, `n_head`, `n_positions`, `n_inner`, `layer_norm_epsilon`,
     `activation_function`, `embd_pdrop`, `attn_pdrop`, `resid_pdrop`) and `num_heads` are accepted as aliases.
@@ -78,6 +81,7 @@ class GPTConfig(PreTrainedConfig):
     classifier_dropout: float | None = None
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True
+    fused_loss: bool = True
     use_cache: bool = True
     is_causal: bool = True
     pad_token_id: int | None = None

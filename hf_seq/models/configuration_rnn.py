@@ -39,6 +39,9 @@ class RNNConfig(PreTrainedConfig):
       `mean` or `max` over the real tokens.
     - Initialisation: recurrent weights U(-1/sqrt(H), 1/sqrt(H)) as PyTorch's recurrent modules do; embeddings and
       linear layers N(0, `initializer_range`), biases 0.
+    - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
+      chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
+      `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
     """
 
     model_type = "hf_seq_rnn"
@@ -59,6 +62,7 @@ class RNNConfig(PreTrainedConfig):
     classifier_pooling: str = "last"
     initializer_range: float = 0.05
     tie_word_embeddings: bool = True
+    fused_loss: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1

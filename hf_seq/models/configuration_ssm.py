@@ -56,6 +56,9 @@ class SSMConfig(PreTrainedConfig):
       `classifier_dropout` (default `hidden_dropout`) before the sequence classifier.
     - Aliases: `num_layers` for `num_hidden_layers`, `d_state` for `state_size`, `d_conv` for `conv_kernel`,
       `layer_norm_epsilon` for `layer_norm_eps`.
+    - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
+      chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
+      `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
     """
 
     model_type = "hf_seq_ssm"
@@ -88,6 +91,7 @@ class SSMConfig(PreTrainedConfig):
     classifier_dropout: float | None = None
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True
+    fused_loss: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1

@@ -37,6 +37,9 @@ class TransformerConfig(PreTrainedConfig):
       inside the feed-forward layer (both 0 in the paper). `source_word_dropout` zeroes whole source token
       embeddings in training (Sennrich and Zhang 2019; not in the paper).
     - `decoder_start_token_id`: the first decoder input; None means `bos_token_id`.
+    - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
+      chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
+      `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
 
     Encoder and decoder share `hidden_size`, `num_attention_heads` and `intermediate_size`, as in the paper; their
     depths are `encoder_layers` and `decoder_layers`, and `num_hidden_layers=N` sets both. BART/Marian names
@@ -82,6 +85,7 @@ class TransformerConfig(PreTrainedConfig):
     source_word_dropout: float = 0.0
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True
+    fused_loss: bool = True
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0

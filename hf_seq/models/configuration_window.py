@@ -19,6 +19,9 @@ class WindowConfig(PreTrainedConfig):
       separate). When `hidden_size` differs from `embedding_size`, a projection P (h -> m) is learned for that.
     - `embedding_dropout` on x and `hidden_dropout` on each tanh layer (the paper used weight decay only: 0).
     - Positions before the first token, and padding, read a zero embedding ("no word").
+    - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
+      chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
+      `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
     """
 
     model_type = "hf_seq_window"
@@ -34,6 +37,7 @@ class WindowConfig(PreTrainedConfig):
     hidden_dropout: float = 0.0
     initializer_range: float = 0.05
     tie_word_embeddings: bool = False
+    fused_loss: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1

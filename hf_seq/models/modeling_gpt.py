@@ -34,6 +34,7 @@ from .attention import MultiHeadAttention
 from .configuration_gpt import GPTConfig
 from .decoding import TransposedWeightsDecoding
 from .layers import ResidualLayer, Router, load_balancing_loss, make_feed_forward, make_norm
+from .losses import causal_lm_linear_cross_entropy, uses_fused_loss
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
 from .utils import (
     CheckedGenerationMixin,
@@ -250,7 +251,8 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
         **kwargs,
     ) -> CausalLMOutputWithPast | MoeCausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
-        for the last k positions only (0: all), or for the positions in a 1D index tensor.
+        for the last k positions only (0: all), or for the positions in a 1D index tensor. In training with labels
+        and `config.fused_loss`, the loss is computed without the logits (models/losses.py) and `logits` is None.
 
         A mixture of experts computes the load-balancing loss `aux_loss` when given labels or asked for the router
         logits, and adds `router_aux_loss_coef` times it to the loss. Unlike Mixtral, which adds it only with
@@ -270,13 +272,17 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(hidden_states[:, keep, :])
-        loss = aux_loss = None
-        if labels is not None:
-            # transformers' causal LM loss: shifts labels (or takes `shift_labels`), ignores -100, and sums over
-            # `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch.
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=config.vocab_size, **kwargs)
+        logits = loss = aux_loss = None
+        if uses_fused_loss(self, labels, logits_to_keep):  # training: the same loss, without the logits
+            lm_head = self.lm_head
+            loss = causal_lm_linear_cross_entropy(hidden_states, lm_head.weight, lm_head.bias, labels, **kwargs)
+        else:
+            keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+            logits = self.lm_head(hidden_states[:, keep, :])
+            if labels is not None:
+                # transformers' causal LM loss: shifts labels (or takes `shift_labels`), ignores -100, and sums over
+                # `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch.
+                loss = self.loss_function(logits=logits, labels=labels, vocab_size=config.vocab_size, **kwargs)
         if balance:
             seq_len = hidden_states.shape[1]
             real = attention_mask[:, -seq_len:] if attention_mask is not None and attention_mask.dim() == 2 else None

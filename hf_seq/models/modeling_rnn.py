@@ -127,11 +127,11 @@ class RNNForCausalLM(TransposedWeightsDecoding, StatefulCausalLMHead, RNNPreTrai
         self.lm_head = nn.Linear(config.embedding_size, config.vocab_size)
         self.post_init()
 
-    def head_logits(self, outputs, keep) -> torch.Tensor:
+    def head_features(self, outputs, keep) -> torch.Tensor:
         hidden_states = self.output_dropout(outputs.last_hidden_state[:, keep, :])
         if self.output_projection is not None:
             hidden_states = self.output_projection(hidden_states)
-        return self.lm_head(hidden_states)
+        return hidden_states
 
 
 def _classifier_dropout(config: RNNConfig) -> float:

@@ -140,14 +140,22 @@ class WindowForCausalLM(StatefulCausalLMHead, WindowPreTrainedModel, CheckedGene
             self.direct = nn.Linear(config.context_size * config.embedding_size, config.vocab_size, bias=False)
         self.post_init()
 
-    def head_logits(self, outputs, keep) -> torch.Tensor:
+    def head_features(self, outputs, keep) -> torch.Tensor:
         hidden_states = outputs.last_hidden_state[:, keep, :]
-        if self.output_projection is not None:
-            hidden_states = self.output_projection(hidden_states)
-        logits = self.lm_head(hidden_states)  # b + U tanh(d + H x)
+        return self.output_projection(hidden_states) if self.output_projection is not None else hidden_states
+
+    def head_logits(self, outputs, keep) -> torch.Tensor:
+        logits = self.lm_head(self.head_features(outputs, keep))  # b + U tanh(d + H x)
         if self.direct is not None:
             logits = logits + self.direct(outputs.window[:, keep, :])  # + W x
         return logits
+
+    def output_layer(self, outputs):
+        """With direct connections, b + U a + W x is one linear map of [a; x] with weights [U, W]."""
+        features, weight, bias = super().output_layer(outputs)
+        if self.direct is None:
+            return features, weight, bias
+        return torch.cat([features, outputs.window], -1), torch.cat([weight, self.direct.weight], -1), bias
 
 
 __all__ = ["WindowState", "WindowPreTrainedModel", "WindowModel", "WindowForCausalLM"]

@@ -20,6 +20,8 @@ from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.modeling_outputs import BaseModelOutput
 
+from .losses import linear_cross_entropy, uses_fused_loss
+
 MAX_LENGTH_A, MAX_LENGTH_B = 1.2, 10  # fairseq's --max-len-a / --max-len-b of its translation examples
 
 
@@ -194,12 +196,24 @@ class Seq2SeqLMMixin(Seq2SeqPreTrainedMixin):
 
     def logits_and_loss(self, features, labels=None, logits_to_keep: int | torch.Tensor = 0, num_items_in_batch=None):
         """logits = lm_head(features) over the positions `logits_to_keep` selects (0: all), and the loss of `labels`
-        (aligned with the features, -100 ignored) with the config's label smoothing, or None without labels."""
+        (aligned with the features, -100 ignored) with the config's label smoothing, or None without labels. In
+        training with labels and `config.fused_loss`, the loss is computed without the logits (models/losses.py),
+        which are then None."""
+        smoothing = getattr(self.config, "label_smoothing", 0.0)
+        if uses_fused_loss(self, labels, logits_to_keep):
+            loss = linear_cross_entropy(
+                features.reshape(-1, features.shape[-1]),
+                self.lm_head.weight,
+                self.lm_head.bias,
+                labels.reshape(-1),
+                label_smoothing=smoothing,
+                num_items_in_batch=num_items_in_batch,
+            )
+            return None, loss
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         logits = self.lm_head(features[:, keep, :])  # (B, T, V)
         loss = None
         if labels is not None:
-            smoothing = getattr(self.config, "label_smoothing", 0.0)
             loss = seq2seq_loss(logits, labels, smoothing, num_items_in_batch)
         return logits, loss
 

@@ -18,6 +18,8 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import can_return_tuple
 
+from .losses import causal_lm_linear_cross_entropy, uses_fused_loss
+
 # transformers 5.24 renamed generate()'s cache argument and the outputs' field from `past_key_values` to `cache`
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
@@ -370,8 +372,9 @@ def _some(names: list, limit: int = 8) -> str:
 class StatefulCausalLMHead:
     """The causal-LM head of the families that carry their own state (RNN, fixed window, WaveNet, SSM): `self.model`
     returns the last hidden states (and the state under the cache field), `self.lm_head` maps them to the vocabulary.
-    Put it before the family's PreTrainedModel among the bases; a family with more between the states and the logits
-    (a projection, dropout, direct connections) overrides `head_logits`."""
+    Put it before the family's PreTrainedModel among the bases; a family with more between the states and the
+    output layer (dropout, a projection) overrides `head_features`, one with more than `lm_head` after them (direct
+    connections) `head_logits` and `output_layer`."""
 
     def get_output_embeddings(self):
         return self.lm_head
@@ -379,9 +382,17 @@ class StatefulCausalLMHead:
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
+    def head_features(self, outputs, keep) -> torch.Tensor:
+        """What `lm_head` reads at the positions `keep` selects, from the backbone's outputs."""
+        return outputs.last_hidden_state[:, keep, :]
+
     def head_logits(self, outputs, keep) -> torch.Tensor:
-        """The logits at the positions `keep` selects, from the backbone's outputs."""
-        return self.lm_head(outputs.last_hidden_state[:, keep, :])
+        """The logits at the positions `keep` selects."""
+        return self.lm_head(self.head_features(outputs, keep))
+
+    def output_layer(self, outputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(features, W, b) with logits = features W^T + b at every position, for the fused loss."""
+        return self.head_features(outputs, slice(None)), self.lm_head.weight, self.lm_head.bias
 
     @can_return_tuple
     def forward(
@@ -397,7 +408,8 @@ class StatefulCausalLMHead:
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
         for the last k positions only (0: all), or for the positions in a 1D index tensor. `past_key_values`: the
-        state a previous call returned."""
+        state a previous call returned. In training with labels and `config.fused_loss`, the loss is computed
+        without the logits (models/losses.py) and `logits` is None."""
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -406,12 +418,15 @@ class StatefulCausalLMHead:
             use_cache=use_cache,
             **kwargs,
         )
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.head_logits(outputs, keep)
-        loss = None
-        if labels is not None:
-            # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        logits = loss = None
+        if uses_fused_loss(self, labels, logits_to_keep):  # training: the same loss, without the logits
+            loss = causal_lm_linear_cross_entropy(*self.output_layer(outputs), labels, **kwargs)
+        else:
+            keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+            logits = self.head_logits(outputs, keep)
+            if labels is not None:
+                # sums over `num_items_in_batch` when Trainer passes it, so gradient accumulation equals the full batch
+                loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, **cache_field(cache_of(outputs)), hidden_states=outputs.hidden_states
         )
