@@ -28,15 +28,19 @@ three of the unfused path (z = h W^T, dh = G W, dW = G^T h).
 import torch
 from torch import nn
 
-# Rows per chunk: a chunk's fp32 logits hold about this many values (4 MiB). Fewer rows per chunk keep the
-# elementwise passes over the logits (exp, subtract, scale) in cache on a CPU; the matrix products still read
-# hundreds of rows at a time.
-CHUNK_VALUES = 1 << 20
+# A chunk's logits hold at most this many fp32 values: 32 MiB on a CPU, 128 MiB on an accelerator. On a CPU, fewer
+# and larger chunks were faster (bench/results/fused_loss_cpu.md): each chunk adds its term to dL/dW (V x D, read
+# and written once per chunk) and a dozen operations, each a barrier between threads that a shared machine makes
+# costly.
+CHUNK_VALUES = {"cpu": 1 << 23}
+CHUNK_VALUES_ACCELERATOR = 1 << 25
 
 
-def default_chunk_size(num_rows: int, vocab_size: int) -> int:
-    """Rows per chunk for `vocab_size` logits per row: about CHUNK_VALUES values, at least 16 rows."""
-    return max(16, min(num_rows, CHUNK_VALUES // max(vocab_size, 1)))
+def default_chunk_size(num_rows: int, vocab_size: int, device_type: str = "cpu") -> int:
+    """Rows per chunk: the fewest chunks whose logits fit the device's CHUNK_VALUES, split evenly."""
+    most_rows = max(1, CHUNK_VALUES.get(device_type, CHUNK_VALUES_ACCELERATOR) // max(vocab_size, 1))
+    chunks = max(1, -(-num_rows // most_rows))
+    return max(1, -(-num_rows // chunks))
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -63,31 +67,33 @@ class LinearCrossEntropy(torch.autograd.Function):
             grad_bias = torch.zeros(vocab_size, device=hidden.device, dtype=torch.float32) if needs_bias else None
             total = torch.zeros((), device=hidden.device, dtype=torch.float32)
             for start in range(0, num_rows, chunk_size):
-                end = min(start + chunk_size, num_rows)
-                h = hidden[start:end].to(compute_dtype)  # (c, D)
-                z = (h @ w.t()).float()  # (c, V)
-                if b is not None:
-                    z += b
-                keep = scored[start:end]
-                y = targets[start:end, None]  # (c, 1)
-                lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (c, 1)
-                z_y = z.gather(1, y)
-                losses = lse - (1.0 - label_smoothing) * z_y
+                rows = slice(start, min(start + chunk_size, num_rows))
+                h = hidden[rows].to(compute_dtype)  # (c, D)
+                z = (h @ w.t() if b is None else torch.addmm(b.to(compute_dtype), h, w.t())).float()  # (c, V)
+                y = targets[rows, None]  # (c, 1)
+                row_scale = scored[rows, None] * scale  # (c, 1): 1 / n, or 0 where the label is ignored
+                row_max = z.amax(-1, keepdim=True)
+                losses = -(1.0 - label_smoothing) * z.gather(1, y)  # + lse below
                 if label_smoothing:
-                    losses = losses - label_smoothing * z.mean(-1, keepdim=True)
-                total = total + torch.where(keep[:, None], losses, 0.0).sum()
+                    losses -= label_smoothing * z.mean(-1, keepdim=True)
+                exp = z.sub_(row_max).exp_()  # e^(z - max), in place of the logits
+                exp_sum = exp.sum(-1, keepdim=True)
+                losses += row_max + exp_sum.log()
+                total = total + torch.where(scored[rows, None], losses, 0.0).sum()
                 if not (needs_hidden or needs_weight or needs_bias):
                     continue
-                grad = z.sub_(lse).exp_()  # softmax, in place of the logits
+                grad = exp.mul_(row_scale / exp_sum)  # G = (softmax - (1 - eps) onehot - eps / V) / n
                 if label_smoothing:
-                    grad.sub_(label_smoothing / vocab_size)
-                grad.scatter_add_(1, y, torch.full_like(z_y, label_smoothing - 1.0))
-                grad.mul_(keep[:, None] * scale)  # G: (c, V)
+                    grad.sub_(row_scale * (label_smoothing / vocab_size))
+                grad.scatter_add_(1, y, row_scale * (label_smoothing - 1.0))
                 if grad_bias is not None:
                     grad_bias += grad.sum(0)
                 grad = grad.to(compute_dtype)
                 if grad_hidden is not None:
-                    grad_hidden[start:end] = grad @ w
+                    if grad_hidden.dtype == compute_dtype:
+                        torch.mm(grad, w, out=grad_hidden[rows])
+                    else:
+                        grad_hidden[rows] = grad @ w
                 if grad_weight is not None:
                     if grad.dtype == grad_weight.dtype:
                         grad_weight.addmm_(grad.t(), h)
@@ -120,7 +126,7 @@ def linear_cross_entropy(
 ) -> torch.Tensor:
     """`F.cross_entropy(F.linear(hidden, weight, bias), labels, ignore_index=..., label_smoothing=...)` for hidden
     (N, D), weight (V, D), bias (V,) or None and labels (N,), computed in chunks of `chunk_size` rows (default:
-    about 1M logits per chunk). The mean over the scored labels, or with `num_items_in_batch` (Trainer's count over
+    `default_chunk_size`). The mean over the scored labels, or with `num_items_in_batch` (Trainer's count over
     the accumulated micro-batches) their sum divided by it, as transformers' losses do. Under autocast the matrix
     products run in the autocast dtype and the loss in fp32, as the unfused path's upcast logits do."""
     if hidden.dim() != 2 or labels.shape != hidden.shape[:1]:
@@ -131,7 +137,7 @@ def linear_cross_entropy(
         compute_dtype = torch.get_autocast_dtype(device_type)
     else:
         compute_dtype = torch.promote_types(hidden.dtype, weight.dtype)
-    chunk_size = chunk_size or default_chunk_size(hidden.shape[0], weight.shape[0])
+    chunk_size = chunk_size or default_chunk_size(hidden.shape[0], weight.shape[0], device_type)
     labels = labels.to(hidden.device)
     return LinearCrossEntropy.apply(
         hidden, weight, bias, labels, ignore_index, label_smoothing, num_items_in_batch, chunk_size, compute_dtype
