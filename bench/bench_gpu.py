@@ -23,6 +23,8 @@ Each section writes its table as soon as it is done (`--output`), so a run cut s
 """
 
 import argparse
+import copy
+import dataclasses
 import json
 import os
 import re
@@ -63,13 +65,16 @@ def flops_per_token(model, size: Size) -> int:
 def section_training(size: Size, device: str, rounds: int, peak: float) -> list[str]:
     dtype = torch.bfloat16
     models = build_models(size, "sdpa", device)
+    unfused = copy.deepcopy(models["ours"])
+    unfused.config.fused_loss = False  # the full logits, then transformers' cross-entropy: the loss before the fusion
     trainers = {
         "ours, eager": Trainer(models["ours"], size, device, dtype, compile=False),
         "ours, compiled": Trainer(models["ours"], size, device, dtype, compile=True),
+        "ours, compiled, unfused loss": Trainer(unfused, size, device, dtype, compile=True),
         "transformers, compiled": Trainer(models["transformers"], size, device, dtype, compile=True),
     }
     # the compiled and the eager trainer of ours share the model, but each has its own optimizer: the timings are
-    # of the same work
+    # of the same work. Ours uses the fused loss (hf_seq/models/losses.py, config.fused_loss) unless said otherwise.
     warmup = {}
     for name, trainer in trainers.items():
         warmup[name] = trainer.run(2)
@@ -103,7 +108,7 @@ def section_training(size: Size, device: str, rounds: int, peak: float) -> list[
             f"| {name} | {median:,.0f} | {100 * median * per_token / peak:.1f}% | "
             f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {warmup[name]:.1f} |"
         )
-    rows += ["", f"Peak GPU memory of this section (three models' states): {memory:.1f} GiB.", ""]
+    rows += ["", f"Peak GPU memory of this section (four models' states): {memory:.1f} GiB.", ""]
     del trainers, models
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -287,10 +292,13 @@ def main() -> None:
     parser.add_argument("--sections", nargs="*", default=["train", "loop", "fsdp", "decode", "rnn"])
     parser.add_argument("--loop-seconds", type=int, default=75, help="the training loop's wall-clock budget")
     parser.add_argument("--output", help="markdown file (default: bench/results/gpu_<device name>.md)")
+    parser.add_argument("--train-batch", type=int, help="section 1's sequences per step (default: the size's)")
+    parser.add_argument("--vocab", type=int, help="section 1's vocabulary, e.g. 50304 (GPT-2's padded to 128)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     size = TINY if args.quick else GPT2_SMALL
+    size = dataclasses.replace(size, **{k: v for k, v in (("batch_size", args.train_batch), ("vocab_size", args.vocab)) if v})
     rounds = 1 if args.quick else args.rounds
     name = torch.cuda.get_device_name().replace(" ", "_") if args.device == "cuda" else "cpu"
     output = Path(args.output or ROOT / "bench" / "results" / f"gpu_{name}.md")
