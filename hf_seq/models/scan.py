@@ -93,6 +93,7 @@ from torch import nn
 LOG_DECAY_FLOOR = -20.0  # Delta A per step, at least: exp(-20) ~ 2e-9
 MAX_CHUNK = 4  # steps the scan computes at once: exp(4 * 20) times an input stays inside float32's range
 BLOCK_ELEMENTS = 2**18  # the stepwise scan's blocks: T x B x E x N about this many values (1 MB per tensor)
+SCAN_THREADS: int | None = 1  # the stepwise scan's threads (see StepwiseScan); None: torch's setting
 
 
 def selective_scan_reference(u, delta, A, B, C, D, state=None):
@@ -231,54 +232,64 @@ class SelectiveScan(torch.autograd.Function):
 
 
 class StepwiseScan(torch.autograd.Function):
-    """The same inputs and outputs as `SelectiveScan`, and like it equal to `selective_scan_reference` up to the
-    decay floor: the recurrence run one time step at a time (for CPUs: see the module docstring), in blocks of steps
-    whose (T, B, E, N) tensors fit in a cache: per block, exp(a_t) and b_t for every step in one operation each, then
-    one fused multiply-add per step, x_t = b_t + exp(a_t) x_{t-1}, then the block's outputs in one product. The
-    backward pass recomputes each block's states from the state entering it (kept by the forward pass), runs the
-    adjoint recurrence g_t = C_t dL/dy_t + exp(a_{t+1}) g_{t+1} (again one multiply-add per step), and takes the
-    gradients of the block's inputs from the states and adjoints at once."""
+    """The same inputs and outputs as `SelectiveScan`, equal to `selective_scan_reference`: the recurrence run one
+    time step at a time (for CPUs: see the module docstring), in blocks of steps whose (T, B, E, N) tensors fit in a
+    cache: per block, exp(a_t) and b_t for every step in one operation each, then one fused multiply-add per step,
+    x_t = b_t + exp(a_t) x_{t-1}, then the block's outputs in one product. The backward pass recomputes each block's
+    states from the state entering it (kept by the forward pass), runs the adjoint recurrence
+    g_t = C_t dL/dy_t + exp(a_{t+1}) g_{t+1} (again one multiply-add per step), and takes the gradients of the
+    block's inputs from the states and adjoints at once, as products over views of them (no copies). The decays
+    exp(a_t) are kept from the forward pass (one (L, B, E, N) tensor; exp was the costliest operation to redo).
+
+    Unlike the chunked form, it needs no floor on the decay: exp(a_t) underflowing to 0 is the exact state there.
+    Its operations run on one thread (`SCAN_THREADS`): each moves about 1 MB, too little to gain from a second
+    thread what the hand-off costs, which on a machine shared with other processes is a wait for a time slice."""
 
     @staticmethod
     def forward(ctx, delta, A, du, B, C, x0, chunk_size=None):
-        # time-major copies, so that a block of steps is one contiguous slice: (L, B, E) and (L, B, N)
-        delta, du = delta.permute(2, 0, 1).contiguous(), du.permute(2, 0, 1).contiguous()
-        B, C = B.transpose(0, 1).contiguous(), C.transpose(0, 1).contiguous()
-        block = max(1, BLOCK_ELEMENTS // x0.numel())
-        y, entering, x = x0.new_empty(delta.shape), [], x0
-        for start in range(0, delta.shape[0], block):
-            steps = slice(start, start + block)
-            entering.append(x)
-            states = _block_states(delta[steps], A, du[steps], B[steps], x)[0]
-            torch.matmul(states, C[steps, :, :, None], out=y[steps, :, :, None])  # y_t = sum_n C_t x_t
-            x = states[-1]
-        ctx.save_for_backward(delta, A, du, B, C, *entering)
+        with _threads(SCAN_THREADS):
+            # time-major copies, so that a block of steps is one contiguous slice: (L, B, E) and (L, B, N)
+            delta, du = delta.permute(2, 0, 1).contiguous(), du.permute(2, 0, 1).contiguous()
+            B, C = B.transpose(0, 1).contiguous(), C.transpose(0, 1).contiguous()
+            block = max(1, BLOCK_ELEMENTS // x0.numel())
+            decays = torch.mul(delta[..., None], A).exp_()  # exp(a_t) = exp(Delta_t A): (L, B, E, N)
+            y, entering, x = x0.new_empty(delta.shape), [], x0
+            for start in range(0, delta.shape[0], block):
+                steps = slice(start, start + block)
+                entering.append(x)
+                states = _block_states(decays[steps], du[steps], B[steps], x)
+                torch.sum(states * C[steps, :, None, :], -1, out=y[steps])  # y_t = sum_n C_t x_t
+                x = states[-1]
+        ctx.save_for_backward(delta, A, du, B, C, decays, *entering)
         ctx.block = block
         return y.permute(1, 2, 0), x.clone()
 
     @staticmethod
     def backward(ctx, gy, g_last):
-        delta, A, du, B, C, *entering = ctx.saved_tensors
-        gy = gy.permute(2, 0, 1).contiguous()  # (L, B, E)
-        g_delta, g_du, g_B, g_C = (torch.empty_like(t) for t in (delta, du, B, C))
-        g_A = torch.zeros_like(A)
-        g, decay_after = g_last.clone(), None  # g = dLoss/dx_t; exp(a_{t+1}), none after the last step
-        for k in range(len(entering) - 1, -1, -1):
-            steps = slice(k * ctx.block, (k + 1) * ctx.block)
-            states, decay, a_raw = _block_states(delta[steps], A, du[steps], B[steps], entering[k])
-            adjoints = gy[steps, :, :, None] * C[steps, :, None, :]  # C_t dL/dy_t, then g_t in place
-            for t in range(len(adjoints) - 1, -1, -1):
-                g = adjoints[t].add_(g) if decay_after is None else adjoints[t].addcmul_(decay_after, g)
-                decay_after = decay[t]
-            # dLoss/da_t = g_t exp(a_t) x_{t-1}, zero where the floor holds a_t
-            before = torch.cat([entering[k][None], states[:-1]])
-            g_a = (adjoints * decay).mul_(before).masked_fill_(a_raw < LOG_DECAY_FLOOR, 0)
-            g_delta[steps] = (g_a * A).sum(-1)
-            g_A += torch.einsum("tben,tbe->en", g_a, delta[steps])
-            torch.matmul(adjoints, B[steps, :, :, None], out=g_du[steps, :, :, None])
-            g_B[steps] = torch.einsum("tben,tbe->tbn", adjoints, du[steps])
-            g_C[steps] = torch.einsum("tben,tbe->tbn", states, gy[steps])
-        g_x0 = g * decay_after
+        delta, A, du, B, C, decays, *entering = ctx.saved_tensors
+        with _threads(SCAN_THREADS):
+            gy = gy.permute(2, 0, 1).contiguous()  # (L, B, E)
+            g_delta, g_du, g_B, g_C = (torch.empty_like(t) for t in (delta, du, B, C))
+            g_A = torch.zeros_like(A)
+            g, decay_after = g_last.clone(), None  # g = dLoss/dx_t; exp(a_{t+1}), none after the last step
+            for k in range(len(entering) - 1, -1, -1):
+                steps = slice(k * ctx.block, (k + 1) * ctx.block)
+                decay = decays[steps]
+                states = _block_states(decay, du[steps], B[steps], entering[k])
+                adjoints = gy[steps, :, :, None] * C[steps, :, None, :]  # C_t dL/dy_t, then g_t in place
+                for t in range(len(adjoints) - 1, -1, -1):
+                    g = adjoints[t].add_(g) if decay_after is None else adjoints[t].addcmul_(decay_after, g)
+                    decay_after = decay[t]
+                torch.sum(adjoints * B[steps, :, None, :], -1, out=g_du[steps])
+                torch.matmul(du[steps, :, None, :], adjoints, out=g_B[steps, :, None, :])  # sum_e: (T, B, 1, N)
+                torch.matmul(gy[steps, :, None, :], states, out=g_C[steps, :, None, :])
+                # dLoss/da_t = g_t exp(a_t) x_{t-1}
+                g_a = decay * adjoints
+                g_a[1:].mul_(states[:-1])
+                g_a[0].mul_(entering[k])
+                torch.sum(g_a * A, -1, out=g_delta[steps])
+                g_A += g_a.mul_(delta[steps, :, :, None]).sum((0, 1))
+            g_x0 = g * decay_after
         return (
             g_delta.permute(1, 2, 0),
             g_A,
@@ -290,15 +301,29 @@ class StepwiseScan(torch.autograd.Function):
         )
 
 
-def _block_states(delta, A, du, B, x):
-    """The states of a block of steps from the state x before it: (T, B, E) Delta and Delta u, (T, B, N) B ->
-    the states x_t, exp(a_t) and a_t = Delta_t A before the floor (T, B, E, N)."""
-    a_raw = delta[..., None] * A
-    decay = a_raw.clamp(min=LOG_DECAY_FLOOR).exp_()
+class _threads:
+    """Within the block, torch's operations use `count` threads (None: unchanged)."""
+
+    def __init__(self, count):
+        self.count, self.before = count, None
+
+    def __enter__(self):
+        if self.count is not None:
+            self.before = torch.get_num_threads()
+            torch.set_num_threads(min(self.count, self.before))
+
+    def __exit__(self, *exc):
+        if self.before is not None:
+            torch.set_num_threads(self.before)
+
+
+def _block_states(decay, du, B, x):
+    """The states x_t (T, B, E, N) of a block of steps from the state x before it: decays exp(a_t) (T, B, E, N),
+    Delta u (T, B, E), B (T, B, N)."""
     states = du[..., None] * B[:, :, None, :]  # b_t, then x_t = b_t + exp(a_t) x_{t-1} in place
     for t in range(len(states)):
         x = states[t].addcmul_(decay[t], x)
-    return states, decay, a_raw
+    return states
 
 
 def selective_scan(
