@@ -39,6 +39,7 @@ RESUMABLE_KEYS = {
     "training.generation_length_penalty",
     "training.generation_max_length_a",
     "training.generation_max_length_b",
+    "training.generation_block_repeats",
     "data.num_proc",
     "data.eval_examples",
 }

@@ -98,10 +98,15 @@ MAX_REPEAT = 4  # repetition_rate: n-grams of 1 to this many words
 
 
 def repeats_back_to_back(words: list[str], longest: int = MAX_REPEAT) -> bool:
-    """Whether some n-gram of 1 to `longest` words is followed at once by itself ("de la de la", "être être"): the
-    loop a degenerate decoder falls into."""
+    """Whether some n-gram of 1 to `longest` words is followed at once by itself ("de la de la", "être être", "El
+    el"): the stutter of a decoder that translates one source phrase twice. Words are the whitespace-separated
+    pieces of the text, compared case-insensitively and otherwise as written, so punctuation attached to a word
+    counts ("archivo, archivo" is a list, not a stutter); an n-gram of punctuation only ("- -", "* *") does not
+    count. By this definition 0.2% of the test references of the English->Spanish manuals repeat (two typos,
+    "que que" and "tema tema"; docs/lineage/translation/corpus.md)."""
+    words = [w.lower() for w in words]
     return any(
-        words[i : i + n] == words[i + n : i + 2 * n]
+        words[i : i + n] == words[i + n : i + 2 * n] and any(c.isalnum() for w in words[i : i + n] for c in w)
         for n in range(1, longest + 1)
         for i in range(len(words) - 2 * n + 1)
     )

@@ -106,6 +106,9 @@ class TrainingRecipe:
     generation_max_length_a: float = 1.2
     generation_max_length_b: int = 10
     generation_max_new_tokens: int | None = None
+    # Forbid 1 to this many whole words repeated back to back ("de entrada de entrada") in the translations of the
+    # evaluations and `hf-seq evaluate` (tasks.translate; models.seq2seq.BackToBackRepeatBlock); 0: off
+    generation_block_repeats: int = 0
 
     def __post_init__(self):
         if self.max_steps is None and self.max_seconds is None:
@@ -395,6 +398,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         ("training.weight_decay", t.weight_decay),
         ("training.generation_max_length_a", t.generation_max_length_a),
         ("training.generation_max_length_b", t.generation_max_length_b),
+        ("training.generation_block_repeats", t.generation_block_repeats),
     ):
         if value < 0:
             raise RecipeError(f"recipe key {key!r} must not be negative, got {value}")

@@ -200,11 +200,24 @@ def set_decoding(model, recipe) -> None:
         config.max_new_tokens = config.max_length = None
 
 
+def word_starts(tokenizer) -> torch.Tensor:
+    """(len(tokenizer),) bool: the tokens that begin a word, those whose text starts with a space (byte-level BPE's
+    `Ġ`, SentencePiece's `▁`); special tokens do not."""
+    special = set(tokenizer.all_special_ids)
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return torch.tensor([i not in special and p[:1] in ("Ġ", "▁", " ") for i, p in enumerate(pieces)])
+
+
 @torch.no_grad()
 def translate(model, tokenizer, sources: list[str], recipe, device) -> list[str]:
     """The model's translations of `sources` as the recipe decodes (`decoding`), in batches of
     training.batch_size sources of similar length (sorted, so a batch's longest output limit fits its rows), returned
-    in the order given."""
+    in the order given. With training.generation_block_repeats = n > 0 no translation repeats a run of 1 to n words
+    back to back (`BackToBackRepeatBlock`)."""
+    from hf_seq.models.seq2seq import BackToBackRepeatBlock
+
+    block = recipe.training.generation_block_repeats
+    starts = word_starts(tokenizer) if block else None
     was_training, side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "right"  # encoder inputs: padding is masked, its side does not matter
@@ -222,7 +235,8 @@ def translate(model, tokenizer, sources: list[str], recipe, device) -> list[str]
             max_length=recipe.data.block_size,
             return_tensors="pt",
         ).to(device)
-        out = model.generate(**batch, **decoding(recipe))
+        processors = [BackToBackRepeatBlock(starts, block)] if block else None  # one per call: it holds a position
+        out = model.generate(**batch, **decoding(recipe), logits_processor=processors)
         for i, text in zip(rows, tokenizer.batch_decode(out, skip_special_tokens=True)):
             hypotheses[i] = text.strip()
     model.train(was_training)

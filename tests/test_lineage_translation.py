@@ -84,6 +84,8 @@ def test_the_report_has_a_row_per_member_the_order_and_the_pictures(gettext_run)
     for row in lt.ROWS:
         assert sum(line.startswith(f"| {row.title} |") for line in table.splitlines()) == 1, row.name
     assert "Lectures' order, worst first: sutskever < cho < bahdanau ~ luong < transformer." in table
+    # the test translations repeat no run of 1-4 words back to back (bench/results/repetition_cpu.md)
+    assert result["decoding"]["block_repeats"] == 4 and "block_repeats 4" in table
     assert (out / "bleu_by_length.png").stat().st_size > 10_000
     for name in lt.MEMBERS:
         picture = out / f"alignment-{name}.png"

@@ -34,7 +34,13 @@ def test_bleu_by_length_is_corpus_bleu_within_each_source_length_bucket():
 def test_repetition_rate_counts_hypotheses_that_loop():
     assert repeats_back_to_back("de la de la maison".split())
     assert repeats_back_to_back("pas pas".split())
+    assert repeats_back_to_back("El el modo".split())  # case-insensitive
+    assert repeats_back_to_back("un dispositivo de entrada de entrada".split())
+    assert repeats_back_to_back("a b c d a b c d".split()) and not repeats_back_to_back("a b c d e a b c d e".split())
     assert not repeats_back_to_back("le chat de la maison de ma mère".split())  # repeated, but not back to back
+    assert not repeats_back_to_back("archivo, archivo y carpeta".split())  # a list: the comma is part of the word
+    assert not repeats_back_to_back("Ayuda → Ayuda".split())  # a menu path
+    assert not repeats_back_to_back("uno - - dos * *".split())  # punctuation alone is not a word
     got = translation_metrics(["la la la", "un chat", "a b c d a b c d", "ok"], ["x"] * 4, ["s"] * 4)
     assert got["repetition_rate"] == pytest.approx(0.5)
 
@@ -73,6 +79,63 @@ def test_each_output_is_limited_by_its_own_source_length(beams):
     assert model.generate(input_ids=sources, attention_mask=mask, max_new_tokens=4).shape[1] == 5
     with pytest.raises(ValueError, match="max_length_a must be a number >= 0"):
         model.generate(input_ids=sources, max_length_a=-1)
+
+
+# ---------------------------------------------------------------------------------------------- back-to-back repeats
+def _stuttering_model():
+    """A tiny Bahdanau model whose output layer prefers token 7, then 8, 9 and 10, whatever the source: left alone
+    it writes 7 7 7 ..., the one-word stutter of an under-trained attention decoder."""
+    model = _silent_model()
+    with torch.no_grad():
+        model.lm_head.bias[7:11] = torch.tensor([40.0, 30.0, 20.0, 10.0])
+    return model
+
+
+def _words(row, word_start):
+    """A row of tokens as words: a word is a token that starts one and the tokens that continue it."""
+    words = []
+    for i, token in enumerate(row):
+        if i == 0 or word_start[token]:
+            words.append([])
+        words[-1].append(token)
+    return [" ".join(map(str, w)) for w in words]
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_blocking_back_to_back_repeats_removes_the_stutter_and_nothing_else(beams):
+    from transformers import LogitsProcessorList
+
+    from hf_seq.models.seq2seq import BackToBackRepeatBlock
+
+    model, sources = _stuttering_model(), torch.randint(3, 40, (2, 10))
+    word_start = torch.ones(40, dtype=torch.bool)
+    word_start[9] = False  # 9 continues the word before it
+    plain = model.generate(input_ids=sources, num_beams=beams, max_new_tokens=12)[:, 1:]
+    assert (plain == 7).all()  # the stutter the block is for
+    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, max_words=4)])
+    out = model.generate(input_ids=sources, num_beams=beams, max_new_tokens=12, logits_processor=block)[:, 1:]
+    for row in out.tolist():
+        assert len(row) == 12 and not repeats_back_to_back(_words(row, word_start)), row
+    if beams == 1:  # otherwise the model's choice: 7 7 and 7 8 7 8 would repeat, 9 continues the word 7
+        assert out[:, :4].tolist() == [[7, 8, 7, 9]] * 2
+    # units longer than max_words may repeat: with 1, "7 8 7 8" (or "8 7 8 7", as likely) is allowed
+    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, max_words=1)])
+    out = model.generate(input_ids=sources, num_beams=beams, max_new_tokens=4, logits_processor=block)[:, 1:]
+    assert all(row[:2] == row[2:] and sorted(row[:2]) == [7, 8] for row in out.tolist())
+
+
+def test_word_starts_are_the_tokens_that_begin_with_a_space(trained):
+    from transformers import AutoTokenizer
+
+    from hf_seq.tasks import word_starts
+
+    folder, _ = trained
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    starts = word_starts(tokenizer)
+    ids = tokenizer("le chat voit", add_special_tokens=False)["input_ids"]
+    assert starts.shape == (len(tokenizer),) and len(ids) > 3  # some words are several tokens
+    assert not starts[ids[0]] and starts[ids].sum() == 2  # "chat" and "voit" begin with a space, their pieces do not
+    assert not starts[tokenizer.all_special_ids].any()
 
 
 # ---------------------------------------------------------------------------------------------- a trained run

@@ -400,7 +400,7 @@ def write_translation_report(result: dict, output_dir: Path, order) -> None:
             f"| {r['title']}{seed} | {r['params']:,} | {r['non_embedding_params']:,} | "
             f"{r['flops_per_token']:,} | {r['learning_rate']:.2g} | {r['dropout']:g} | "
             f"{fmt(r['best_step'], 'd')} | {r['validation_perplexity']:.2f} | {r['test_bleu']:.2f} | "
-            f"{r['test_chrf']:.2f} | {r['test_repetition_rate']:.2f} | {r['test_length_ratio']:.2f} | "
+            f"{r['test_chrf']:.2f} | {100 * r['test_repetition_rate']:.1f}% | {r['test_length_ratio']:.2f} | "
             f"{r['seconds']:.0f} |"
         )
 
@@ -410,7 +410,7 @@ def write_translation_report(result: dict, output_dir: Path, order) -> None:
         "inversion of the other. FLOPs per token: a token is a source or target token of a pair; 6 x the encoder's "
         "parameters per source token, 6 x the decoder's (with the output layer) per target token, plus the "
         "Transformer's attention (hf_seq.compute.seq2seq_flops_per_token). Repetition: the share of test "
-        "translations that repeat an n-gram (1-4 words) back to back. Length ratio: translation length / reference "
+        "translations that repeat a run of 1-4 words back to back (hf_seq.evaluation.repeats_back_to_back). Length ratio: translation length / reference "
         "length in BLEU's tokens. Every trial is in lineage.json.",
         "",
         "![BLEU by source length](bleu_by_length.png)",

@@ -43,6 +43,9 @@ class TranslationSettings(Settings):
     eval_pairs: int = 100  # validation pairs of the periodic evaluations (loss, and BLEU with the same beam search)
     num_beams: int = 5
     max_new_tokens: int | None = None  # None: 1.2 x source tokens + 10 (training.generation_max_length_a / _b)
+    # No translation repeats a run of 1 to this many words back to back (training.generation_block_repeats; 0: off).
+    # The members' own stutter, not the search's: bench/results/repetition_cpu.md
+    block_repeats: int = 4
 
 
 SETTINGS = {
@@ -186,6 +189,7 @@ class Translation(study.Study):
         validation BLEU."""
         training = {"select_by": "bleu" if score else "loss", "generation_num_beams": s.num_beams}
         training["generation_max_new_tokens"] = s.max_new_tokens  # None: a x source + b (the recipe's default)
+        training["generation_block_repeats"] = s.block_repeats
         return {"data": {"batch_tokens": data.tokens_per_step}, "training": training}
 
     def score(self, row, run, plan, data, s) -> dict:
@@ -198,7 +202,7 @@ class Translation(study.Study):
         metrics = tasks.evaluate(recipe, prepared, run.model, run.device, generate_for=("test",))
         record = {f"validation_{k}": metrics[f"eval_{k}"] for k in ("loss", "perplexity")}
         record |= {k: v for k, v in metrics.items() if k.startswith("test_") and k != "test_examples"}
-        record["decoding"] = tasks.decoding(recipe)
+        record["decoding"] = tasks.decoding(recipe) | {"block_repeats": recipe.training.generation_block_repeats}
         rows = prepared.held_out_rows["test"].select(range(min(3, len(prepared.held_out_rows["test"]))))
         translations = tasks.translate(run.model, prepared.tokenizer, list(rows["source"]), recipe, run.device)
         record["examples"] = [{"source": a, "reference": b, "translation": c}
