@@ -449,6 +449,7 @@ def summarize(session: Session, final: dict, averaged: list[int] | None) -> dict
         "steps": s.step,
         "tokens": s.tokens,
         "seconds": s.seconds,
+        "eval_seconds": s.eval_seconds,  # of `seconds`, the periodic evaluations'
         "tokens_per_second": s.tokens / max(s.seconds, 1e-9),
         "final_train_loss": s.losses[-1] if s.losses else None,
         # the schedule the run finished (a wall-clock budget re-plans it as it goes; None: stopped before a plan)

@@ -30,8 +30,9 @@ SKIP_FRACTION = 0.25  # a pilot's evaluations before this share of its tokens ar
 
 @dataclass
 class Pilot:
-    """One pilot run: its non-embedding parameters, FLOPs per token, seconds and tokens trained, and its validation
-    curve as (tokens, loss) points."""
+    """One pilot run: its non-embedding parameters, FLOPs per token, seconds of training steps (its evaluations'
+    time left out: a pilot evaluates often, a final run seldom) and tokens trained, and its validation curve as
+    (tokens, loss) points."""
 
     size: int
     non_embedding: int

@@ -460,7 +460,8 @@ class StudyRun:
         summary = result.summary
         if not score:
             curve = [(c["step"] * data.tokens_per_step, c["eval_loss"]) for c in result.evaluations]
-            return {k: summary[k] for k in self.study.trial_keys} | {"seconds": summary["seconds"], "curve": curve}
+            steps_only = summary["seconds"] - summary.get("eval_seconds", 0.0)  # the pilots' speed, evaluations aside
+            return {k: summary[k] for k in self.study.trial_keys} | {"seconds": steps_only, "curve": curve}
         record = {"name": row.name, "title": row.title, "family": row.family, "config": recipe.model}
         record |= {"params": plan.params, "non_embedding_params": plan.non_embedding, "flops_per_token": plan.flops}
         record |= settings | {"best_step": summary.get("best_step"), "epochs": summary.get("epochs")}
