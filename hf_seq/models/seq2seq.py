@@ -137,9 +137,9 @@ class SourceLengthLimit(LogitsProcessor):
 
 
 class BackToBackRepeatBlock(LogitsProcessor):
-    """Forbids the token that would complete a run of 1 to `max_words` whole words repeated back to back ("de
-    entrada de entrada", "y y"): the stutter an attention decoder writes when it translates one source phrase twice
-    (over-translation, Tu et al. 2016). References of natural prose almost never do that (0.2% of the manuals'
+    """Forbids the tokens that would complete a run of 1 to `max_words` whole words repeated back to back ("de
+    entrada de entrada", "Se se"): the stutter an attention decoder writes when it translates one source phrase
+    twice (over-translation, Tu et al. 2016). References of natural prose almost never do that (0.2% of the manuals'
     Spanish test references, all typos), so the constraint only removes what a translation should not hold.
 
     A narrower form of the n-gram blocking of Paulus et al. (2018) and OpenNMT's `block_ngram_repeat` (Klein et
@@ -148,10 +148,14 @@ class BackToBackRepeatBlock(LogitsProcessor):
     counts words where those count subword tokens (a one-word stutter is often one token).
 
     `word_start` (V,) bool: which tokens begin a word (byte-level BPE's `Ġ`; the output's first token always does).
-    Rows are sequences or beams alike; the first call sees the decoder prompt, which is not part of the output."""
+    `word_key` (V,) long: tokens that stand for the same text once lowercased and without their space marker share
+    a key (`la`, `Ġla` and `ĠLa`), so a repeat in another case, or of the output's first word, is one too; None: the
+    token ids. Rows are sequences or beams alike; the first call sees the decoder prompt, not part of the output."""
 
-    def __init__(self, word_start: torch.Tensor, max_words: int = 4, max_tokens: int = 24):
-        self.word_start, self.max_words, self.max_tokens, self.start = word_start, max_words, max_tokens, None
+    def __init__(self, word_start: torch.Tensor, max_words: int = 4, word_key: torch.Tensor | None = None):
+        self.word_start, self.max_words, self.start = word_start, max_words, None
+        self.word_key = word_key if word_key is not None else torch.arange(len(word_start))
+        self.max_tokens = 6 * max_words  # a longer run of tokens is rarely a few words
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.start is None:
@@ -160,20 +164,23 @@ class BackToBackRepeatBlock(LogitsProcessor):
         length = out.shape[1]
         if length == 0:
             return scores
-        starts = self.word_start.to(out.device)[out]
+        word_start, word_key = self.word_start.to(out.device), self.word_key.to(out.device)
+        starts, keys = word_start[out], word_key[out]
         starts[:, 0] = True
+        banned = torch.zeros_like(scores, dtype=torch.bool)
         for n in range(1, min(self.max_tokens, (length + 1) // 2) + 1):
-            # the next token v completes a repeat of n tokens when out[-2n+1:] + [v] is one unit twice: its first
-            # n-1 tokens equal the last n-1 written, and v is the first copy's last token
-            first = out[:, length - 2 * n + 1 : length - n + 1]  # (R, n)
-            repeat = (first[:, :-1] == out[:, length - n + 1 :]).all(-1)
-            unit_starts = starts[:, length - 2 * n + 1 : length - n + 1]  # whole words: both copies begin a word
-            repeat &= unit_starts[:, 0] & (unit_starts.sum(-1) <= self.max_words)
-            if n > 1:
-                repeat &= starts[:, length - n + 1]
+            # the next token v completes a repeat of n tokens when out[-2n+1:] + [v] is one unit twice: the unit's
+            # first n-1 tokens match the last n-1 written, and v matches the first copy's last token (its key, and
+            # whether it begins a word: a one-token unit's v must)
+            first = slice(length - 2 * n + 1, length - n + 1)  # the first copy, (R, n)
+            repeat = (keys[:, first][:, :-1] == keys[:, length - n + 1 :]).all(-1)
+            repeat &= (starts[:, first][:, :-1] == starts[:, length - n + 1 :]).all(-1)
+            repeat &= starts[:, first][:, 0] & (starts[:, first].sum(-1) <= self.max_words)  # whole words
             rows = repeat.nonzero().squeeze(-1)
-            scores[rows, first[rows, -1]] = -math.inf
-        return scores
+            if len(rows):
+                last_key, last_start = keys[rows, length - n], starts[rows, length - n]
+                banned[rows] |= (word_key == last_key[:, None]) & (word_start == last_start[:, None])
+        return scores.masked_fill(banned, -math.inf)
 
 
 def source_lengths(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad_token_id: int | None):
