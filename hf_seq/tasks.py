@@ -200,12 +200,20 @@ def set_decoding(model, recipe) -> None:
         config.max_new_tokens = config.max_length = None
 
 
-def word_starts(tokenizer) -> torch.Tensor:
-    """(len(tokenizer),) bool: the tokens that begin a word, those whose text starts with a space (byte-level BPE's
-    `Ġ`, SentencePiece's `▁`); special tokens do not."""
+def word_pieces(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two (len(tokenizer),) tensors for `BackToBackRepeatBlock`: bool, the tokens that begin a word (their text
+    starts with a space: byte-level BPE's `Ġ`, SentencePiece's `▁`; special tokens do not); long, a key shared by
+    the tokens of one text once lowercased and without its leading space (`la`, `Ġla`, `ĠLa`). A token that is part
+    of a character (a byte of UTF-8 that decodes to U+FFFD alone) and a special token have keys of their own."""
     special = set(tokenizer.all_special_ids)
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    return torch.tensor([i not in special and p[:1] in ("Ġ", "▁", " ") for i, p in enumerate(pieces)])
+    starts, keys, seen = [], [], {}
+    for i, piece in enumerate(pieces):
+        text = tokenizer.convert_tokens_to_string([piece])
+        own = i in special or "\ufffd" in text
+        starts.append(i not in special and piece[:1] in ("Ġ", "▁", " "))
+        keys.append(seen.setdefault((i,) if own else text.lower().lstrip(), len(seen)))
+    return torch.tensor(starts), torch.tensor(keys)
 
 
 @torch.no_grad()
@@ -217,7 +225,7 @@ def translate(model, tokenizer, sources: list[str], recipe, device) -> list[str]
     from hf_seq.models.seq2seq import BackToBackRepeatBlock
 
     block = recipe.training.generation_block_repeats
-    starts = word_starts(tokenizer) if block else None
+    starts, keys = word_pieces(tokenizer) if block else (None, None)
     was_training, side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "right"  # encoder inputs: padding is masked, its side does not matter
@@ -235,7 +243,7 @@ def translate(model, tokenizer, sources: list[str], recipe, device) -> list[str]
             max_length=recipe.data.block_size,
             return_tensors="pt",
         ).to(device)
-        processors = [BackToBackRepeatBlock(starts, block)] if block else None  # one per call: it holds a position
+        processors = [BackToBackRepeatBlock(starts, block, keys)] if block else None  # one per call: holds a position
         out = model.generate(**batch, **decoding(recipe), logits_processor=processors)
         for i, text in zip(rows, tokenizer.batch_decode(out, skip_special_tokens=True)):
             hypotheses[i] = text.strip()

@@ -124,17 +124,39 @@ def test_blocking_back_to_back_repeats_removes_the_stutter_and_nothing_else(beam
     assert all(row[:2] == row[2:] and sorted(row[:2]) == [7, 8] for row in out.tolist())
 
 
-def test_word_starts_are_the_tokens_that_begin_with_a_space(trained):
+def test_a_repeat_in_another_case_or_of_the_first_word_is_one_too():
+    from transformers import LogitsProcessorList
+
+    from hf_seq.models.seq2seq import BackToBackRepeatBlock
+
+    model, sources = _stuttering_model(), torch.randint(3, 40, (2, 10))
+    with torch.no_grad():
+        model.lm_head.bias[7:12] = torch.tensor([40.0, 30.0, 0.0, 20.0, 35.0])
+    word_start, word_key = torch.ones(40, dtype=torch.bool), torch.arange(40)
+    word_key[11] = 7  # 11 is 7 in another case ("Se se")
+    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, 4, word_key)])
+    out = model.generate(input_ids=sources, max_new_tokens=4, logits_processor=block)[:, 1:]
+    assert out.tolist() == [[7, 8, 7, 10]] * 2
+    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, 4)])  # keys are the token ids
+    assert model.generate(input_ids=sources, max_new_tokens=2, logits_processor=block)[:, 1:].tolist() == [[7, 11]] * 2
+
+
+def test_word_pieces_mark_word_starts_and_share_keys_across_case_and_the_space_marker(trained):
     from transformers import AutoTokenizer
 
-    from hf_seq.tasks import word_starts
+    from hf_seq.tasks import word_pieces
 
     folder, _ = trained
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    starts = word_starts(tokenizer)
+    starts, keys = word_pieces(tokenizer)
     ids = tokenizer("le chat voit", add_special_tokens=False)["input_ids"]
-    assert starts.shape == (len(tokenizer),) and len(ids) > 3  # some words are several tokens
+    assert starts.shape == keys.shape == (len(tokenizer),) and len(ids) > 3  # some words are several tokens
     assert not starts[ids[0]] and starts[ids].sum() == 2  # "chat" and "voit" begin with a space, their pieces do not
+    assert not starts[tokenizer.all_special_ids].any()
+    vocab = tokenizer.get_vocab()
+    pairs = [(p, "Ġ" + p) for p in vocab if "Ġ" + p in vocab and p.isalpha()]
+    assert pairs and all(keys[vocab[a]] == keys[vocab[b]] for a, b in pairs)  # "le" and " le": one key
+    assert len(set(keys.tolist())) > len(tokenizer) / 2
     assert not starts[tokenizer.all_special_ids].any()
 
 
