@@ -410,8 +410,8 @@ def write_translation_report(result: dict, output_dir: Path, order) -> None:
         "inversion of the other. FLOPs per token: a token is a source or target token of a pair; 6 x the encoder's "
         "parameters per source token, 6 x the decoder's (with the output layer) per target token, plus the "
         "Transformer's attention (hf_seq.compute.seq2seq_flops_per_token). Repetition: the share of test "
-        "translations that repeat a run of 1-4 words back to back (hf_seq.evaluation.repeats_back_to_back). Length ratio: translation length / reference "
-        "length in BLEU's tokens. Every trial is in lineage.json.",
+        "translations that repeat a run of 1-4 words back to back (hf_seq.evaluation.repeats_back_to_back). Length "
+        "ratio: translation length / reference length in BLEU's tokens. Every trial is in lineage.json.",
         "",
         "![BLEU by source length](bleu_by_length.png)",
         "",
