@@ -434,8 +434,9 @@ def alignment_figure(model, tokenizer, source: str, recipe, path: Path, title: s
     tokens down. Drawn from the attention weights themselves (the eager path), not a fused kernel."""
     import torch
 
+    from hf_seq.models.seq2seq import BackToBackRepeatBlock
     from hf_seq.plotting import plot_alignment
-    from hf_seq.tasks import decoding
+    from hf_seq.tasks import decoding, word_pieces
 
     kernel = model.config._attn_implementation
     if kernel not in (None, "eager"):
@@ -444,7 +445,12 @@ def alignment_figure(model, tokenizer, source: str, recipe, path: Path, title: s
     ids = ids.to(model.device)
     try:
         with torch.no_grad():
-            generated = model.generate(input_ids=ids, **decoding(recipe))
+            block = recipe.training.generation_block_repeats  # as the test translations are decoded
+            processors = None
+            if block:
+                starts, keys = word_pieces(tokenizer)
+                processors = [BackToBackRepeatBlock(starts, block, keys)]
+            generated = model.generate(input_ids=ids, **decoding(recipe), logits_processor=processors)
             out = model(input_ids=ids, decoder_input_ids=generated[:, :-1], output_attentions=True)
     finally:
         if kernel not in (None, "eager"):
