@@ -29,11 +29,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_gpt import machine_description  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+OFF = {"training.generation_block_repeats": 0}
 DECODINGS = {  # name: recipe overrides of the run's own decoding
-    "greedy": {"training.generation_num_beams": 1},
-    "beam 5, length penalty 1.0 (before)": {},
-    "beam 5, length penalty 0.0": {"training.generation_length_penalty": 0.0},
-    "beam 5, cap 2.0 x source + 20": {"training.generation_max_length_a": 2.0, "training.generation_max_length_b": 20},
+    "greedy": OFF | {"training.generation_num_beams": 1},
+    "beam 5, length penalty 1.0 (before)": OFF,
+    "beam 5, length penalty 0.0": OFF | {"training.generation_length_penalty": 0.0},
+    "beam 5, cap 2.0 x source + 20": OFF
+    | {"training.generation_max_length_a": 2.0, "training.generation_max_length_b": 20},
     "beam 5, block_repeats 4 (after)": {"training.generation_block_repeats": 4},
 }
 BEFORE = "beam 5, length penalty 1.0 (before)"
