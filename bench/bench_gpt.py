@@ -63,6 +63,9 @@ SIZES = {
     # The shape of shared/notes/perf.md.
     "small": Size("small", 8000, 4, 256, 4, 128, 8, 6, 32, 64, 8),
     "medium": Size("medium", 8000, 6, 512, 8, 256, 8, 2, 64, 64, 8),
+    # The lineage's GPT at 0.4M non-embedding parameters (docs/lineage): the output layer and its loss cost more
+    # than the blocks there.
+    "0.4M": Size("0.4M", 4096, 2, 128, 4, 128, 16, 4, 32, 64, 8),
 }
 QUICK_SIZES = {
     "tiny": Size("tiny", 1000, 2, 64, 2, 32, 4, 2, 8, 8, 2),
@@ -464,6 +467,8 @@ def write_report(args, sizes, rows, ceilings, peak_source, rounds) -> None:
         f"dropout 0.1 (GPT-2's), AdamW, flush-denormal on, median of {rounds} interleaved rounds; the reference's "
         f"activation is `{args.reference_gelu}`"
         + (" (GPT-2's own: an unfused Python expression)." if args.reference_gelu == "gelu_new" else " (fused)."),
+        "Ours trains with its fused loss (`config.fused_loss`, the default: the loss computed from the last hidden "
+        "states in chunks, without the logits; models/losses.py), the reference with transformers' loss of its logits.",
         "Ratio: ours / transformers, median of the per-round ratios (range in brackets); above 1 is faster for "
         "throughput, below 1 is less memory.",
         "",

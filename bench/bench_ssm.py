@@ -16,6 +16,11 @@ model timed against itself reads 0.92-1.04: a ratio within about 0.08 of 1 is no
 
     python bench/bench_ssm.py --quick     # a tiny configuration, a few seconds, nothing written
     python bench/bench_ssm.py             # writes bench/results/ssm_cpu.md
+    python bench/bench_ssm.py --against-gpt   # writes bench/results/ssm_vs_gpt_cpu.md
+
+`--against-gpt` compares training throughput with hf-seq's GPT instead, at the lineage's shapes with 0.4M
+non-embedding parameters each (docs/lineage: vocabulary 4,096, width 128, batch 16 x 128, dropout 0.1): Mamba with
+7 blocks (expand 1, N 16), GPT with 2 blocks (4 heads, feed-forward 518). Both train with their default fused loss.
 """
 
 import argparse
@@ -113,6 +118,71 @@ def summary(ours: list[float], theirs: list[float], higher_is_faster: bool) -> d
     }
 
 
+# The lineage's members at 0.4M non-embedding parameters (docs/lineage/lineage.json)
+LINEAGE_VOCAB, LINEAGE_BATCH, LINEAGE_SEQ = 4096, 16, 128
+LINEAGE_MAMBA = dict(
+    hidden_size=128, num_hidden_layers=7, ssm_type="mamba", expand=1, state_size=16, hidden_dropout=0.1
+)
+LINEAGE_GPT = dict(
+    hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=518, max_position_embeddings=128
+)
+
+
+def against_gpt(args) -> None:
+    """Training tokens/s of the lineage's Mamba and GPT at 0.4M non-embedding parameters, interleaved step by
+    step, the order reversing between rounds; ratio = Mamba / GPT per round."""
+    from hf_seq import GPTConfig, GPTForCausalLM
+    from hf_seq.experiments.study import count_parameters  # (all, non-embedding)
+
+    torch.manual_seed(0)
+    special = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    models = {
+        "mamba": SSMForCausalLM(SSMConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_MAMBA, **special)),
+        "gpt": GPTForCausalLM(GPTConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_GPT, **special)),
+    }
+    size = Size("0.4M", LINEAGE_VOCAB, 128, LINEAGE_MAMBA["num_hidden_layers"], 16, LINEAGE_BATCH, LINEAGE_SEQ, 1)
+    runs = {name: TrainingRun(model, size) for name, model in models.items()}
+    for run in runs.values():
+        run.run(1)  # warm-up
+    steps = 2 if args.quick else 3
+    tokens = LINEAGE_BATCH * LINEAGE_SEQ
+    speed = {name: [] for name in models}
+    for r in range(2 if args.quick else args.rounds):
+        seconds = dict.fromkeys(models, 0.0)
+        for _ in range(steps):
+            for name in models if r % 2 == 0 else list(models)[::-1]:
+                seconds[name] += runs[name].run(1)
+        for name in models:
+            speed[name].append(steps * tokens / seconds[name])
+        print(f"round {r + 1}: " + ", ".join(f"{n} {speed[n][-1]:.0f} tok/s" for n in models), flush=True)
+    ratios = [m / g for m, g in zip(speed["mamba"], speed["gpt"])]
+    counts = {name: count_parameters(model) for name, model in models.items()}
+    print(f"Mamba / GPT: {statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+    if args.quick:
+        return
+    lines = [
+        "# hf-seq Mamba vs hf-seq GPT at 0.4M non-embedding parameters: training throughput (CPU)",
+        "",
+        *machine_description("cpu"),
+        "- Command: `python bench/bench_ssm.py --against-gpt`",
+        "",
+        f"The lineage's shapes (docs/lineage): vocabulary {LINEAGE_VOCAB}, width 128, tied embeddings, dropout 0.1, "
+        f"batch {LINEAGE_BATCH} x {LINEAGE_SEQ}, AdamW; Mamba {LINEAGE_MAMBA['num_hidden_layers']} blocks (expand 1, "
+        f"N 16), GPT {LINEAGE_GPT['num_hidden_layers']} blocks (4 heads, feed-forward 518). Both with the fused loss "
+        f"(the default). {steps} steps per model per round, interleaved step by step, {len(ratios)} rounds; medians, "
+        "ratio = median of per-round ratios Mamba / GPT, range in brackets.",
+        "",
+        "| model | non-embedding parameters | training tokens/s |",
+        "|---|---:|---:|",
+        *(f"| {name} | {counts[name][1]:,} | {statistics.median(speed[name]):,.0f} |" for name in models),
+        "",
+        f"Mamba / GPT: **{statistics.median(ratios):.2f}** [{min(ratios):.2f}-{max(ratios):.2f}]",
+    ]
+    output = Path(args.output or Path(__file__).parent / "results" / "ssm_vs_gpt_cpu.md")
+    output.write_text("\n".join(lines) + "\n")
+    print(f"wrote {output}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -120,10 +190,13 @@ def main() -> None:
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", default=None, help="default: bench/results/ssm_cpu.md")
+    parser.add_argument("--against-gpt", action="store_true", help="Mamba vs hf-seq's GPT at 0.4M parameters")
     args = parser.parse_args()
     torch.set_flush_denormal(True)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.against_gpt:
+        return against_gpt(args)
     size = QUICK if args.quick else SIZES["small"]
     rounds = 2 if args.quick else args.rounds
     contexts = (16, 64) if args.quick else CONTEXTS
