@@ -200,20 +200,23 @@ def set_decoding(model, recipe) -> None:
         config.max_new_tokens = config.max_length = None
 
 
-def word_pieces(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two (len(tokenizer),) tensors for `BackToBackRepeatBlock`: bool, the tokens that begin a word (their text
-    starts with a space: byte-level BPE's `Ġ`, SentencePiece's `▁`; special tokens do not); long, a key shared by
-    the tokens of one text once lowercased and without its leading space (`la`, `Ġla`, `ĠLa`). A token that is part
-    of a character (a byte of UTF-8 that decodes to U+FFFD alone) and a special token have keys of their own."""
+def word_pieces(tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three (len(tokenizer),) tensors for `BackToBackRepeatBlock`: bool, the tokens that begin a word (their text
+    starts with a space: byte-level BPE's `Ġ`, SentencePiece's `▁`); long, a key shared by the tokens of one text
+    once lowercased and without its leading space (`la`, `Ġla`, `ĠLa`); bool, the tokens that continue a word (no
+    space, a letter or digit first). A token that is part of a character (a byte of UTF-8 that decodes to U+FFFD
+    alone) continues a word if it has no space and has a key of its own; special tokens do neither."""
     special = set(tokenizer.all_special_ids)
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    starts, keys, seen = [], [], {}
+    starts, keys, inside, seen = [], [], [], {}
     for i, piece in enumerate(pieces):
         text = tokenizer.convert_tokens_to_string([piece])
-        own = i in special or "\ufffd" in text
-        starts.append(i not in special and piece[:1] in ("Ġ", "▁", " "))
-        keys.append(seen.setdefault((i,) if own else text.lower().lstrip(), len(seen)))
-    return torch.tensor(starts), torch.tensor(keys)
+        partial = "\ufffd" in text
+        start = i not in special and piece[:1] in ("Ġ", "▁", " ")
+        starts.append(start)
+        inside.append(i not in special and not start and (partial or text[:1].isalnum()))
+        keys.append(seen.setdefault((i,) if partial or i in special else text.lower().lstrip(), len(seen)))
+    return torch.tensor(starts), torch.tensor(keys), torch.tensor(inside)
 
 
 @torch.no_grad()
@@ -225,7 +228,7 @@ def translate(model, tokenizer, sources: list[str], recipe, device) -> list[str]
     from hf_seq.models.seq2seq import BackToBackRepeatBlock
 
     block = recipe.training.generation_block_repeats
-    starts, keys = word_pieces(tokenizer) if block else (None, None)
+    pieces = word_pieces(tokenizer) if block else None
     was_training, side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "right"  # encoder inputs: padding is masked, its side does not matter
@@ -243,7 +246,7 @@ def translate(model, tokenizer, sources: list[str], recipe, device) -> list[str]
             max_length=recipe.data.block_size,
             return_tensors="pt",
         ).to(device)
-        processors = [BackToBackRepeatBlock(starts, block, keys)] if block else None  # one per call: holds a position
+        processors = [BackToBackRepeatBlock(pieces[0], block, *pieces[1:])] if block else None  # one a call
         out = model.generate(**batch, **decoding(recipe), logits_processor=processors)
         for i, text in zip(rows, tokenizer.batch_decode(out, skip_special_tokens=True)):
             hypotheses[i] = text.strip()

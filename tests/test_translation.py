@@ -82,12 +82,12 @@ def test_each_output_is_limited_by_its_own_source_length(beams):
 
 
 # ---------------------------------------------------------------------------------------------- back-to-back repeats
-def _stuttering_model():
+def _stuttering_model(biases=(40.0, 30.0, 20.0, 10.0)):
     """A tiny Bahdanau model whose output layer prefers token 7, then 8, 9 and 10, whatever the source: left alone
     it writes 7 7 7 ..., the one-word stutter of an under-trained attention decoder."""
     model = _silent_model()
     with torch.no_grad():
-        model.lm_head.bias[7:11] = torch.tensor([40.0, 30.0, 20.0, 10.0])
+        model.lm_head.bias[7 : 7 + len(biases)] = torch.tensor(biases)
     return model
 
 
@@ -101,44 +101,47 @@ def _words(row, word_start):
     return [" ".join(map(str, w)) for w in words]
 
 
-@pytest.mark.parametrize("beams", [1, 3])
-def test_blocking_back_to_back_repeats_removes_the_stutter_and_nothing_else(beams):
+def _generate(model, sources, beams, tokens, *block):
     from transformers import LogitsProcessorList
 
     from hf_seq.models.seq2seq import BackToBackRepeatBlock
 
+    processors = LogitsProcessorList([BackToBackRepeatBlock(*block)]) if block else None
+    out = model.generate(input_ids=sources, num_beams=beams, max_new_tokens=tokens, logits_processor=processors)
+    return out[:, 1:].tolist()
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_blocking_back_to_back_repeats_removes_the_stutter(beams):
     model, sources = _stuttering_model(), torch.randint(3, 40, (2, 10))
     word_start = torch.ones(40, dtype=torch.bool)
-    word_start[9] = False  # 9 continues the word before it
-    plain = model.generate(input_ids=sources, num_beams=beams, max_new_tokens=12)[:, 1:]
-    assert (plain == 7).all()  # the stutter the block is for
-    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, max_words=4)])
-    out = model.generate(input_ids=sources, num_beams=beams, max_new_tokens=12, logits_processor=block)[:, 1:]
-    for row in out.tolist():
-        assert len(row) == 12 and not repeats_back_to_back(_words(row, word_start)), row
-    if beams == 1:  # otherwise the model's choice: 7 7 and 7 8 7 8 would repeat, 9 continues the word 7
-        assert out[:, :4].tolist() == [[7, 8, 7, 9]] * 2
-    # units longer than max_words may repeat: with 1, "7 8 7 8" (or "8 7 8 7", as likely) is allowed
-    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, max_words=1)])
-    out = model.generate(input_ids=sources, num_beams=beams, max_new_tokens=4, logits_processor=block)[:, 1:]
-    assert all(row[:2] == row[2:] and sorted(row[:2]) == [7, 8] for row in out.tolist())
+    word_start[9] = False  # 9 continues the word before it (and only 9 does)
+    assert _generate(model, sources, beams, 12) == [[7] * 12] * 2  # the stutter the block is for
+    for max_words in (1, 4):
+        for row in _generate(model, sources, beams, 12, word_start, max_words):
+            # the last word may be unfinished: max_new_tokens cuts where an EOS would wait for the word to go on
+            words = _words(row, word_start)[:-1]
+            assert len(row) == 12 and not repeats_back_to_back(words, longest=max_words), (max_words, row)
+    # a repeat is known once its last word ends: "7 7" may go on as "7 79" (as "en entornos" is Ġen Ġen tornos)
+    assert _generate(model, sources, 1, 4, word_start, 4) == [[7, 7, 9, 7]] * 2
 
 
-def test_a_repeat_in_another_case_or_of_the_first_word_is_one_too():
-    from transformers import LogitsProcessorList
-
+def test_a_repeat_in_another_case_is_one_too():
     from hf_seq.models.seq2seq import BackToBackRepeatBlock
 
-    model, sources = _stuttering_model(), torch.randint(3, 40, (2, 10))
-    with torch.no_grad():
-        model.lm_head.bias[7:12] = torch.tensor([40.0, 30.0, 0.0, 20.0, 35.0])
     word_start, word_key = torch.ones(40, dtype=torch.bool), torch.arange(40)
-    word_key[11] = 7  # 11 is 7 in another case ("Se se")
-    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, 4, word_key)])
-    out = model.generate(input_ids=sources, max_new_tokens=4, logits_processor=block)[:, 1:]
-    assert out.tolist() == [[7, 8, 7, 10]] * 2
-    block = LogitsProcessorList([BackToBackRepeatBlock(word_start, 4)])  # keys are the token ids
-    assert model.generate(input_ids=sources, max_new_tokens=2, logits_processor=block)[:, 1:].tolist() == [[7, 11]] * 2
+    word_start[9] = False  # 9 continues a word
+    word_key[11] = 7  # 11 is 7 in another case: "Se se"
+    outputs = torch.tensor([[2, 7, 11], [2, 7, 12]])  # the decoder's start token, then the output
+
+    def allowed(*key):
+        block = BackToBackRepeatBlock(word_start, 4, *key)
+        block(outputs[:, :1], torch.zeros(2, 40))  # the first call sees the prompt alone
+        finite = torch.isfinite(block(outputs, torch.zeros(2, 40)))
+        return [row.nonzero().flatten().tolist() for row in finite]
+
+    assert allowed() == [list(range(40))] * 2  # token ids alone: no repeat
+    assert allowed(word_key)[0] == [9] and allowed(word_key)[1] == list(range(40))  # "7 11" must go on as "7 119"
 
 
 def test_word_pieces_mark_word_starts_and_share_keys_across_case_and_the_space_marker(trained):
@@ -148,16 +151,16 @@ def test_word_pieces_mark_word_starts_and_share_keys_across_case_and_the_space_m
 
     folder, _ = trained
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    starts, keys = word_pieces(tokenizer)
+    starts, keys, inside = word_pieces(tokenizer)
     ids = tokenizer("le chat voit", add_special_tokens=False)["input_ids"]
-    assert starts.shape == keys.shape == (len(tokenizer),) and len(ids) > 3  # some words are several tokens
+    assert starts.shape == keys.shape == inside.shape == (len(tokenizer),) and len(ids) > 3  # words of a few tokens
     assert not starts[ids[0]] and starts[ids].sum() == 2  # "chat" and "voit" begin with a space, their pieces do not
-    assert not starts[tokenizer.all_special_ids].any()
+    assert inside[ids].tolist() == (~starts[ids]).tolist()  # every other piece (letters) can continue a word
+    assert not (starts | inside)[tokenizer.all_special_ids].any() and not (starts & inside).any()
     vocab = tokenizer.get_vocab()
     pairs = [(p, "Ġ" + p) for p in vocab if "Ġ" + p in vocab and p.isalpha()]
     assert pairs and all(keys[vocab[a]] == keys[vocab[b]] for a, b in pairs)  # "le" and " le": one key
     assert len(set(keys.tolist())) > len(tokenizer) / 2
-    assert not starts[tokenizer.all_special_ids].any()
 
 
 # ---------------------------------------------------------------------------------------------- a trained run

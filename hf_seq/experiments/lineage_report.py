@@ -448,8 +448,8 @@ def alignment_figure(model, tokenizer, source: str, recipe, path: Path, title: s
             block = recipe.training.generation_block_repeats  # as the test translations are decoded
             processors = None
             if block:
-                starts, keys = word_pieces(tokenizer)
-                processors = [BackToBackRepeatBlock(starts, block, keys)]
+                starts, keys, inside = word_pieces(tokenizer)
+                processors = [BackToBackRepeatBlock(starts, block, keys, inside)]
             generated = model.generate(input_ids=ids, **decoding(recipe), logits_processor=processors)
             out = model(input_ids=ids, decoder_input_ids=generated[:, :-1], output_attentions=True)
     finally:

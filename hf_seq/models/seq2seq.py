@@ -137,24 +137,36 @@ class SourceLengthLimit(LogitsProcessor):
 
 
 class BackToBackRepeatBlock(LogitsProcessor):
-    """Forbids the tokens that would complete a run of 1 to `max_words` whole words repeated back to back ("de
-    entrada de entrada", "Se se"): the stutter an attention decoder writes when it translates one source phrase
-    twice (over-translation, Tu et al. 2016). References of natural prose almost never do that (0.2% of the manuals'
-    Spanish test references, all typos), so the constraint only removes what a translation should not hold.
+    """Forbids a run of 1 to `max_words` whole words repeated back to back ("de entrada de entrada", "Se se"): the
+    stutter an attention decoder writes when it translates one source phrase twice (over-translation, Tu et al.
+    2016). References of natural prose almost never do that (0.2% of the manuals' Spanish test references, all
+    typos), so the constraint only removes what a translation should not hold.
 
     A narrower form of the n-gram blocking of Paulus et al. (2018) and OpenNMT's `block_ngram_repeat` (Klein et
     al. 2017; transformers' `no_repeat_ngram_size`), which forbid an n-gram of tokens anywhere in the output: that
     also forbids a translation from naming a phrase twice, while the repetition here is of whole words at once, and
     counts words where those count subword tokens (a one-word stutter is often one token).
 
-    `word_start` (V,) bool: which tokens begin a word (byte-level BPE's `Ġ`; the output's first token always does).
-    `word_key` (V,) long: tokens that stand for the same text once lowercased and without their space marker share
-    a key (`la`, `Ġla` and `ĠLa`), so a repeat in another case, or of the output's first word, is one too; None: the
-    token ids. Rows are sequences or beams alike; the first call sees the decoder prompt, not part of the output."""
+    Once the output ends in a unit of whole words twice as tokens ("Ġde Ġentrada Ġde Ġentrada"), its next token must
+    continue the last word into another one ("Ġentrada" + "s"); a word start, punctuation and EOS are forbidden. So
+    "en entornos" (`Ġen Ġen tornos`) stays possible: a repeat is only known once the second copy's last word ends.
 
-    def __init__(self, word_start: torch.Tensor, max_words: int = 4, word_key: torch.Tensor | None = None):
+    `word_start` (V,) bool: the tokens that begin a word (byte-level BPE's `Ġ`; the output's first token always
+    does). `word_key` (V,) long: tokens of one text once lowercased and without their space marker share a key
+    (`la`, `Ġla`, `ĠLa`), so a repeat in another case, or of the output's first word, is one too; None: the token
+    ids. `word_inside` (V,) bool: the tokens that continue a word (a letter or digit first, no space); None: the
+    tokens that do not begin one. Rows are sequences or beams alike; the first call sees the decoder prompt."""
+
+    def __init__(
+        self,
+        word_start: torch.Tensor,
+        max_words: int = 4,
+        word_key: torch.Tensor | None = None,
+        word_inside: torch.Tensor | None = None,
+    ):
         self.word_start, self.max_words, self.start = word_start, max_words, None
         self.word_key = word_key if word_key is not None else torch.arange(len(word_start))
+        self.word_inside = word_inside if word_inside is not None else ~word_start
         self.max_tokens = 6 * max_words  # a longer run of tokens is rarely a few words
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -162,25 +174,17 @@ class BackToBackRepeatBlock(LogitsProcessor):
             self.start = input_ids.shape[1]
         out = input_ids[:, self.start :]  # (R, T): the output so far
         length = out.shape[1]
-        if length == 0:
-            return scores
-        word_start, word_key = self.word_start.to(out.device), self.word_key.to(out.device)
-        starts, keys = word_start[out], word_key[out]
-        starts[:, 0] = True
-        banned = torch.zeros_like(scores, dtype=torch.bool)
-        for n in range(1, min(self.max_tokens, (length + 1) // 2) + 1):
-            # the next token v completes a repeat of n tokens when out[-2n+1:] + [v] is one unit twice: the unit's
-            # first n-1 tokens match the last n-1 written, and v matches the first copy's last token (its key, and
-            # whether it begins a word: a one-token unit's v must)
-            first = slice(length - 2 * n + 1, length - n + 1)  # the first copy, (R, n)
-            repeat = (keys[:, first][:, :-1] == keys[:, length - n + 1 :]).all(-1)
-            repeat &= (starts[:, first][:, :-1] == starts[:, length - n + 1 :]).all(-1)
-            repeat &= starts[:, first][:, 0] & (starts[:, first].sum(-1) <= self.max_words)  # whole words
-            rows = repeat.nonzero().squeeze(-1)
-            if len(rows):
-                last_key, last_start = keys[rows, length - n], starts[rows, length - n]
-                banned[rows] |= (word_key == last_key[:, None]) & (word_start == last_start[:, None])
-        return scores.masked_fill(banned, -math.inf)
+        starts, keys = self.word_start.to(out.device)[out], self.word_key.to(out.device)[out]
+        if length:
+            starts[:, 0] = True
+        repeated = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+        for n in range(1, min(self.max_tokens, length // 2) + 1):
+            first, second = slice(length - 2 * n, length - n), slice(length - n, length)  # the last 2n tokens
+            same = (keys[:, first] == keys[:, second]).all(-1) & (starts[:, first] == starts[:, second]).all(-1)
+            repeated |= same & starts[:, first][:, 0] & (starts[:, first].sum(-1) <= self.max_words)  # whole words
+        if repeated.any():
+            scores = scores.masked_fill(repeated[:, None] & ~self.word_inside.to(scores.device), -math.inf)
+        return scores
 
 
 def source_lengths(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad_token_id: int | None):
