@@ -62,6 +62,16 @@ def sizing_lines(result: dict) -> list[str]:
             f"{fit['beta']:.2f} | {fit['rmse']:.3f} | {r['non_embedding_params']:,} | "
             f"{_loss(z['predicted_at_reached'])} | {_loss(z['reached_eval_loss'])} |"
         )
+    for r in sized:
+        pilots, chosen = r["sizing"]["pilots"], r["sizing"]["chosen"]["non_embedding_params"]
+        top = max(p["non_embedding_params"] for p in pilots) * sizing.CHOICE_RANGE[1]
+        if r["sizing"]["fit"] and chosen >= 0.97 * top:
+            lines += ["", f"{r['title']}: the size chosen is the largest considered ({sizing.CHOICE_RANGE[1]:g}x the "
+                          "largest pilot): the fit asks for a larger model than any pilot measured, a direction "
+                          "rather than a measured optimum."]  # fmt: skip
+        if r["sizing"]["fit"] and r["sizing"]["fit"]["points"] < 12:
+            lines += ["", f"{r['title']}: the fit rests on {r['sizing']['fit']['points']} points (its pilots were "
+                          "short): its prediction is rough."]  # fmt: skip
     errors = [
         r["sizing"]["reached_eval_loss"] - r["sizing"]["predicted_at_reached"]
         for r in sized
