@@ -89,7 +89,8 @@ class RReader:
         assert self.b[:2] == b"X\n", self.b[:2]
         self.p = 2
         ver = self.i()
-        self.i(); self.i()
+        self.i()  # the R version that wrote the file
+        self.i()  # the oldest R version that reads it
         if ver == 3:
             n = self.i()
             self.p += n
@@ -129,7 +130,7 @@ class RReader:
                 has_attr, has_tag = flags & 0x200, flags & 0x400
                 if t not in (2, 6, 17, 5):
                     self.p -= 4
-                    rest = self.item()
+                    self.item()  # the attribute's value, skipped
                     return out
         if t in (10, 13):  # LGLSXP, INTSXP
             n = self.i()
