@@ -93,7 +93,10 @@ from torch import nn
 LOG_DECAY_FLOOR = -20.0  # Delta A per step, at least: exp(-20) ~ 2e-9
 MAX_CHUNK = 4  # steps the scan computes at once: exp(4 * 20) times an input stays inside float32's range
 BLOCK_ELEMENTS = 2**18  # the stepwise scan's blocks: T x B x E x N about this many values (1 MB per tensor)
-SCAN_THREADS: int | None = 1  # the stepwise scan's threads (see StepwiseScan); None: torch's setting
+# The stepwise scan's threads (see StepwiseScan); None: torch's setting, which a training run already lowers on a busy
+# machine (runs.choose_threads). On a quiet 2-core machine two threads were faster (Mamba / GPT 0.37-0.39 against
+# 0.31-0.35 with one, bench/results/ssm_vs_gpt_cpu.md); on a loaded one a single thread was.
+SCAN_THREADS: int | None = None
 
 
 def selective_scan_reference(u, delta, A, B, C, D, state=None):
@@ -242,8 +245,8 @@ class StepwiseScan(torch.autograd.Function):
     exp(a_t) are kept from the forward pass (one (L, B, E, N) tensor; exp was the costliest operation to redo).
 
     Unlike the chunked form, it needs no floor on the decay: exp(a_t) underflowing to 0 is the exact state there.
-    Its operations run on one thread (`SCAN_THREADS`): each moves about 1 MB, too little to gain from a second
-    thread what the hand-off costs, which on a machine shared with other processes is a wait for a time slice."""
+    `SCAN_THREADS` can hold its operations to fewer threads: each moves about 1 MB, so on a machine shared with
+    other processes a second thread gains less than its hand-off costs (a wait for a time slice)."""
 
     @staticmethod
     def forward(ctx, delta, A, du, B, C, x0, chunk_size=None):
