@@ -73,3 +73,20 @@ def test_sizes_auto_on_quick_trains_pilots_fits_and_reports(tmp_path):
 def test_sizes_auto_needs_a_seconds_or_flops_budget(tmp_path):
     with pytest.raises(ValueError, match="--sizes auto needs a --budget-seconds or --budget-flops"):
         lineage.run(quick=True, output_dir=tmp_path, sizes="auto", budget_tokens=1000)
+
+
+def test_the_translation_lineage_sizes_its_members_by_the_same_rule(tmp_path):
+    from hf_seq.experiments import lineage_translation as lt
+    from tests.test_lineage_translation import write_parallel
+
+    train, valid, test = write_parallel(tmp_path, counts=(300, 16, 16))
+    result = lt.run(
+        quick=True, output_dir=tmp_path / "out", corpus=str(train), validation=str(valid), test=str(test),
+        source_column="en", target_column="es", members=("luong", "transformer"), budget_flops=2e9, threads=1,
+        progress=False,
+    )  # fmt: skip
+    assert result["sizes"] == ["auto"]
+    for r in result["members"]:
+        assert len(r["sizing"]["pilots"]) == len(sizing.PILOT_SCALES), r["name"]
+    report = (tmp_path / "out" / "lineage.md").read_text()
+    assert "## How the sizes were chosen" in report
