@@ -63,6 +63,8 @@ PIPELINES = {
 TOOLS = {
     "hf_seq.runs": "A run as a value: RunResult, finished runs, hf-seq evaluate",
     "hf_seq.experiments.study": "The study runner the lineages share",
+    "hf_seq.experiments.sizing": "Sizes chosen by the budget: pilots and the loss surface (--sizes auto)",
+    "hf_seq.models.losses": "The fused language-model loss (config.fused_loss)",
     "hf_seq.tokenization": "Tokenizers",
     "hf_seq.evaluation": "Evaluation",
     "hf_seq.convert": "Conversion to and from transformers",

@@ -320,7 +320,9 @@ def parse_sizes(text: str) -> list[int] | str:
         try:
             sizes.append(round(float(number.rstrip("KM")) * scale))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{item!r} is not a parameter count (e.g. 400000, 400K or 0.4M)") from None
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not a parameter count (e.g. 400000, 400K or 0.4M) or auto"
+            ) from None
     return sizes
 
 

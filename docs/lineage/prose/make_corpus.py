@@ -41,22 +41,10 @@ import struct
 import sys
 import tarfile
 import zlib
+from pathlib import Path
 
-
-def deb_members(path):
-    with open(path, "rb") as f:
-        if f.read(8) != b"!<arch>\n":
-            raise ValueError(f"not a .deb: {path}")
-        while True:
-            hdr = f.read(60)
-            if len(hdr) < 60:
-                return
-            name = hdr[:16].decode().strip().rstrip("/")
-            size = int(hdr[48:58].decode().strip())
-            data = f.read(size)
-            if size % 2:
-                f.read(1)
-            yield name, data
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "translation"))
+from make_parallel import deb_members  # noqa: E402  (the sibling builder's .deb reader: ar members as bytes)
 
 
 def deb_file(path, suffix):
