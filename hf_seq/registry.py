@@ -146,6 +146,7 @@ FAMILIES: tuple[Family, ...] = (
         },
     ),
     Family("conv", "hf_seq_conv", "ConvConfig", {"AutoModel": "ConvModel", "AutoModelForCausalLM": "ConvForCausalLM"}),
+    Family("hmm", "hf_seq_hmm", "HMMConfig", {"AutoModel": "HMMModel", "AutoModelForCausalLM": "HMMForCausalLM"}),
 )
 
 

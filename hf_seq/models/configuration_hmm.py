@@ -1,0 +1,41 @@
+"""Configuration of the discrete hidden Markov model language model (Baum and Petrie 1966; Rabiner 1989)."""
+
+from transformers import PreTrainedConfig
+
+from .config_utils import check_common_values, check_positive, fill_auto_map, resolve_options
+
+
+class HMMConfig(PreTrainedConfig):
+    """A hidden Markov model over tokens: a hidden state z_t in {1..S} follows a Markov chain, each state emits a token.
+
+        p(z_1 = j) = pi_j          p(z_t = j | z_{t-1} = i) = A_ij          p(x_t = v | z_t = j) = B_jv
+
+    - `num_states` (S, also read as `hidden_size`): the hidden states. The model holds S + S^2 + S V numbers: pi, A
+      and the emission table B, whose V x S transpose is the token table `embed_tokens` (token v -> log B[:, v]).
+    - `initializer_range`: the standard deviation of the unnormalised log-probabilities (logits) pi, A and B start
+      from. Larger than a network's (0.02): states that start alike get the same gradient and stay alike, so a
+      spread of about a nat between them is what lets them specialise.
+    - There is no dropout, no position limit and no fused loss: the logits are log p(x_{t+1} | x_{<=t}) from the
+      emission table itself (a log-sum-exp over the states, not one linear layer).
+    """
+
+    model_type = "hf_seq_hmm"
+    attribute_map = {"hidden_size": "num_states"}
+
+    vocab_size: int = 10000
+    num_states: int = 128
+    initializer_range: float = 1.0
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+
+    def __post_init__(self, **kwargs):
+        resolve_options(self, kwargs)
+        check_positive(self, "vocab_size", "num_states")
+        super().__post_init__(**kwargs)
+        check_common_values(self)
+        fill_auto_map(self)
+
+
+__all__ = ["HMMConfig"]
