@@ -65,6 +65,7 @@ TOOLS = {
     "hf_seq.experiments.study": "The study runner the lineages share",
     "hf_seq.experiments.sizing": "Sizes chosen by the budget: pilots and the loss surface (--sizes auto)",
     "hf_seq.models.losses": "The fused language-model loss (config.fused_loss)",
+    "hf_seq.models.prediction": "Forecasting heads: lagged values in, a distribution over the next value out",
     "hf_seq.tokenization": "Tokenizers",
     "hf_seq.evaluation": "Evaluation",
     "hf_seq.convert": "Conversion to and from transformers",

@@ -90,6 +90,7 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForCausalLM": "RNNForCausalLM",
             "AutoModelForSequenceClassification": "RNNForSequenceClassification",
             "AutoModelForTokenClassification": "RNNForTokenClassification",
+            "AutoModelForTimeSeriesPrediction": "RNNForPrediction",
         },
     ),
     Family(
@@ -100,6 +101,7 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModel": "GPTModel",
             "AutoModelForCausalLM": "GPTForCausalLM",
             "AutoModelForSequenceClassification": "GPTForSequenceClassification",
+            "AutoModelForTimeSeriesPrediction": "GPTForPrediction",
         },
         attention_flops=self_attention_flops,
     ),
@@ -133,7 +135,11 @@ FAMILIES: tuple[Family, ...] = (
         "window",
         "hf_seq_window",
         "WindowConfig",
-        {"AutoModel": "WindowModel", "AutoModelForCausalLM": "WindowForCausalLM"},
+        {
+            "AutoModel": "WindowModel",
+            "AutoModelForCausalLM": "WindowForCausalLM",
+            "AutoModelForTimeSeriesPrediction": "WindowForPrediction",
+        },
     ),
     Family(
         "ssm",
@@ -143,9 +149,19 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModel": "SSMModel",
             "AutoModelForCausalLM": "SSMForCausalLM",
             "AutoModelForSequenceClassification": "SSMForSequenceClassification",
+            "AutoModelForTimeSeriesPrediction": "SSMForPrediction",
         },
     ),
-    Family("conv", "hf_seq_conv", "ConvConfig", {"AutoModel": "ConvModel", "AutoModelForCausalLM": "ConvForCausalLM"}),
+    Family(
+        "conv",
+        "hf_seq_conv",
+        "ConvConfig",
+        {
+            "AutoModel": "ConvModel",
+            "AutoModelForCausalLM": "ConvForCausalLM",
+            "AutoModelForTimeSeriesPrediction": "ConvForPrediction",
+        },
+    ),
     Family("hmm", "hf_seq_hmm", "HMMConfig", {"AutoModel": "HMMModel", "AutoModelForCausalLM": "HMMForCausalLM"}),
 )
 

@@ -29,6 +29,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_conv import ConvConfig
 from .convolution import CausalConv1d
+from .prediction import ValuePredictionHead
 from .state import ConvState
 from .utils import CheckedGenerationMixin, StatefulCausalLMHead, StatefulPreTrainedModel, cache_field
 
@@ -134,4 +135,11 @@ class ConvForCausalLM(StatefulCausalLMHead, ConvPreTrainedModel, CheckedGenerati
         self.post_init()
 
 
-__all__ = ["ConvState", "ConvLayer", "ConvPreTrainedModel", "ConvModel", "ConvForCausalLM"]
+class ConvForPrediction(ValuePredictionHead, ConvPreTrainedModel):
+    """Forecasts a real-valued series with WaveNet's dilated causal convolutions (van den Oord et al. 2016): lagged values in place of token embeddings, a Student-t (or
+    normal) distribution over the next value in place of the softmax (models/prediction.py)."""
+
+    backbone_class = ConvModel
+
+
+__all__ = ["ConvState", "ConvLayer", "ConvPreTrainedModel", "ConvModel", "ConvForCausalLM", "ConvForPrediction"]

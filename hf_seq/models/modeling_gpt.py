@@ -36,6 +36,7 @@ from .decoding import TransposedWeightsDecoding
 from .layers import ResidualLayer, Router, load_balancing_loss, make_feed_forward, make_norm
 from .losses import causal_lm_linear_cross_entropy, uses_fused_loss
 from .positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEmbedding
+from .prediction import ValuePredictionHead
 from .utils import (
     CheckedGenerationMixin,
     CheckedPreTrainedModel,
@@ -328,4 +329,11 @@ class GPTForSequenceClassification(LastTokenSequenceClassification, GPTPreTraine
     backbone_class = GPTModel
 
 
-__all__ = ["GPTPreTrainedModel", "GPTModel", "GPTForCausalLM", "GPTForSequenceClassification"]
+class GPTForPrediction(ValuePredictionHead, GPTPreTrainedModel):
+    """Forecasts a real-valued series with the Transformer decoder: lagged values in place of token embeddings, a Student-t (or
+    normal) distribution over the next value in place of the softmax (models/prediction.py)."""
+
+    backbone_class = GPTModel
+
+
+__all__ = ["GPTPreTrainedModel", "GPTModel", "GPTForCausalLM", "GPTForSequenceClassification", "GPTForPrediction"]

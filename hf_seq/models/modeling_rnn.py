@@ -29,6 +29,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_rnn import RNNConfig
 from .decoding import TransposedWeightsDecoding
+from .prediction import ValuePredictionHead
 from .recurrent import GatedElman, RecurrentStack
 from .state import RecurrentState
 from .utils import (
@@ -222,10 +223,18 @@ class RNNForTokenClassification(RNNPreTrainedModel):
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
+class RNNForPrediction(ValuePredictionHead, RNNPreTrainedModel):
+    """Forecasts a real-valued series with the recurrent network (DeepAR's LSTM, Salinas et al. 2020, with cell_type=lstm): lagged values in place of token embeddings, a Student-t (or
+    normal) distribution over the next value in place of the softmax (models/prediction.py)."""
+
+    backbone_class = RNNModel
+
+
 __all__ = [
     "RNNPreTrainedModel",
     "RNNModel",
     "RNNForCausalLM",
     "RNNForSequenceClassification",
     "RNNForTokenClassification",
+    "RNNForPrediction",
 ]

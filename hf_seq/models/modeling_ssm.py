@@ -49,6 +49,7 @@ from transformers.utils import can_return_tuple
 from .configuration_ssm import SSMConfig
 from .convolution import CausalConv1d
 from .layers import make_norm
+from .prediction import ValuePredictionHead
 from .scan import s4d_convolution, s4d_step, selective_scan, selective_step, zoh_discretize
 from .state import SSMState
 from .utils import (
@@ -283,4 +284,11 @@ class SSMForSequenceClassification(LastTokenSequenceClassification, SSMPreTraine
     backbone_class = SSMModel
 
 
-__all__ = ["SSMPreTrainedModel", "SSMModel", "SSMForCausalLM", "SSMForSequenceClassification"]
+class SSMForPrediction(ValuePredictionHead, SSMPreTrainedModel):
+    """Forecasts a real-valued series with the state-space model (S4D or Mamba): lagged values in place of token embeddings, a Student-t (or
+    normal) distribution over the next value in place of the softmax (models/prediction.py)."""
+
+    backbone_class = SSMModel
+
+
+__all__ = ["SSMPreTrainedModel", "SSMModel", "SSMForCausalLM", "SSMForSequenceClassification", "SSMForPrediction"]

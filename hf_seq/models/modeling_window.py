@@ -33,6 +33,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import can_return_tuple
 
 from .configuration_window import WindowConfig
+from .prediction import ValuePredictionHead
 from .state import WindowState
 from .utils import CheckedGenerationMixin, StatefulCausalLMHead, StatefulPreTrainedModel, cache_field
 
@@ -158,4 +159,11 @@ class WindowForCausalLM(StatefulCausalLMHead, WindowPreTrainedModel, CheckedGene
         return torch.cat([features, outputs.window], -1), torch.cat([weight, self.direct.weight], -1), bias
 
 
-__all__ = ["WindowState", "WindowPreTrainedModel", "WindowModel", "WindowForCausalLM"]
+class WindowForPrediction(ValuePredictionHead, WindowPreTrainedModel):
+    """Forecasts a real-valued series with the fixed-window MLP: a neural AR(n-1) model: lagged values in place of token embeddings, a Student-t (or
+    normal) distribution over the next value in place of the softmax (models/prediction.py)."""
+
+    backbone_class = WindowModel
+
+
+__all__ = ["WindowState", "WindowPreTrainedModel", "WindowModel", "WindowForCausalLM", "WindowForPrediction"]

@@ -220,10 +220,10 @@ class CheckedPreTrainedModel(PreTrainedModel):
         # transformers' generate() reads the signature of a remote-code model's forward at every decoding step (to
         # see whether it still takes `cache_position`); unwrapping the decorators costs about 0.17 ms each time, so
         # a 32-token beam search spent 2% of its time there. The signature is fixed when the class is made.
-        # its own forward, or one a mixin of this module gives it (the heads below); never torch's
+        # its own forward, or one a mixin gives it (the heads below, prediction.py's); never torch's
         owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
         forward = owner.__dict__["forward"]
-        if (owner is cls or owner.__module__ == __name__) and "__signature__" not in forward.__dict__:
+        if not owner.__module__.startswith("torch") and "__signature__" not in forward.__dict__:
             forward.__signature__ = inspect.signature(forward)
 
     @classmethod

@@ -1,0 +1,267 @@
+r"""Forecasting with any causal family: real values in place of tokens, a distribution in place of the softmax.
+
+The head reads a series the way DeepAR does (Salinas et al. 2020): at each step t the backbone's input is a
+projection of the lagged values, never the value it predicts, and its output parametrises the distribution of
+$y_t$; the loss is that distribution's negative log-likelihood. The names of the keys and arguments are
+transformers' time-series names (TimeSeriesTransformer, Informer):
+
+$$
+\begin{aligned}
+(\mu, \sigma) &= \text{scale of the last } C \text{ observed past values}
+    \qquad \text{mean: } (0, \overline{|y|}),\ \text{std: } (\bar y, s_y) \\
+x_t &= W\,[\,(y_{t-l} - \mu)/\sigma,\ o_{t-l} \ \text{for}\ l \in \text{lags};\ \log \sigma\,] + b
+    \qquad o \text{ is 1 where a value was observed} \\
+h_t &= \text{backbone}(x_{\le t}) \\
+y_t &\sim \mu + \sigma \cdot \text{Student-}t(\nu_t, m_t, s_t), \quad
+    (\nu_t, m_t, s_t) = (2 + \text{softplus}, \text{id}, \text{softplus})(V h_t + c) \\
+\mathcal{L} &= -\tfrac{1}{\#\{t: o_t = 1\}} \textstyle\sum_{t:\, o_t = 1} \log p(y_t \mid y_{<t})
+\end{aligned}
+$$
+
+Training covers the last `context_length` past values and the future ones (DeepAR trains on its conditioning range
+too); `generate()` draws `num_parallel_samples` paths of `prediction_length` values, each value fed back as the next
+step's lag, the backbone's state (or key/value cache) carried between steps. Missing values (NaN, or 0 in
+`past_observed_mask`) are read as 0 with their flag at 0 and left out of the scale and the loss.
+
+Config keys (plain attributes of the family's config, filled in and checked by `check_prediction_config`):
+`prediction_length` (required), `context_length` (default `prediction_length`), `lags_sequence` (default 1-7),
+`scaling` ("mean", "std" or "none"), `distribution_output` ("student_t" or "normal"), `num_parallel_samples` (100).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributions import Normal, StudentT
+from transformers.modeling_outputs import SampleTSPredictionOutput
+from transformers.utils import ModelOutput
+
+from .utils import cache_field, cache_of
+
+DISTRIBUTIONS = {"student_t": 3, "normal": 2}  # the distribution -> its number of parameters
+SCALINGS = ("mean", "std", "none")
+PREDICTION_DEFAULTS = {
+    "prediction_length": None,
+    "context_length": None,
+    "lags_sequence": [1, 2, 3, 4, 5, 6, 7],
+    "scaling": "mean",
+    "distribution_output": "student_t",
+    "num_parallel_samples": 100,
+}
+MINIMUM_SCALE = 1e-5  # a constant context (all zeros) still gets a usable scale
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_prediction_config(config) -> None:
+    """Fill in the forecasting keys' defaults on `config` and check them: each error names the key, its value and what
+    is allowed."""
+    name = type(config).__name__
+    for key, default in PREDICTION_DEFAULTS.items():
+        if getattr(config, key, None) is None:
+            setattr(config, key, list(default) if isinstance(default, list) else default)
+    if not _positive_int(config.prediction_length):
+        raise ValueError(
+            f"{name}: prediction_length must be a positive integer (the number of values to forecast), got "
+            f"{config.prediction_length!r}; set it in the config to build a forecasting head."
+        )
+    if config.context_length is None:
+        config.context_length = config.prediction_length
+    if not _positive_int(config.context_length):
+        raise ValueError(f"{name}: context_length must be a positive integer, got {config.context_length!r}.")
+    lags = config.lags_sequence
+    if not isinstance(lags, (list, tuple)) or not lags or not all(_positive_int(lag) for lag in lags):
+        raise ValueError(f"{name}: lags_sequence must be a non-empty list of positive integers, got {lags!r}.")
+    config.lags_sequence = sorted(set(lags))
+    for key, allowed in (("scaling", SCALINGS), ("distribution_output", tuple(DISTRIBUTIONS))):
+        if getattr(config, key) not in allowed:
+            raise ValueError(
+                f"{name}: {key}={getattr(config, key)!r} is not supported; allowed values: {list(allowed)}."
+            )
+    if not _positive_int(config.num_parallel_samples):
+        raise ValueError(
+            f"{name}: num_parallel_samples must be a positive integer, got {config.num_parallel_samples!r}."
+        )
+    if getattr(config, "bidirectional", False):
+        raise ValueError(f"{name}: bidirectional=True cannot forecast: the backward direction reads the future values.")
+
+
+def observed_values(values: torch.Tensor, observed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values with missing ones at 0, the observed mask as floats): NaN counts as missing, as does a 0 in `observed`."""
+    mask = ~torch.isnan(values)
+    if observed is not None:
+        mask = mask & observed.bool()
+    return torch.where(mask, values, torch.zeros_like(values)), mask.to(values.dtype)
+
+
+def series_scale(values: torch.Tensor, observed: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loc, scale), each (B, 1), of the observed values of each row: mean |y| (DeepAR's scale, loc 0), the mean and
+    standard deviation, or (0, 1). A row with nothing observed gets (0, 1)."""
+    count = observed.sum(1, keepdim=True)
+    seen = count.clamp(min=1)
+    zero, one = torch.zeros_like(count), torch.ones_like(count)
+    if scaling == "none":
+        return zero, one
+    if scaling == "mean":
+        scale = (values.abs() * observed).sum(1, keepdim=True) / seen
+        return zero, torch.where(count > 0, scale.clamp(min=MINIMUM_SCALE), one)
+    loc = (values * observed).sum(1, keepdim=True) / seen
+    variance = (((values - loc) * observed) ** 2).sum(1, keepdim=True) / seen
+    return loc, torch.where(count > 0, variance.sqrt().clamp(min=MINIMUM_SCALE), one)
+
+
+def lag_features(values, observed, lags: list[int], start: int, loc, scale) -> torch.Tensor:
+    """(B, T, 2 len(lags) + 1): for each position t from `start` to the end, the scaled y_{t-l} and o_{t-l} for every
+    lag l, and log(scale)."""
+    positions = torch.arange(start, values.shape[1], device=values.device)
+    index = positions[:, None] - torch.tensor(lags, device=values.device)  # (T, lags)
+    scaled = (values - loc) / scale * observed
+    lagged = scaled[:, index], observed[:, index]  # (B, T, lags) each
+    log_scale = scale.log()[:, :, None].expand(-1, len(positions), 1)
+    return torch.cat([*lagged, log_scale], -1)
+
+
+class DistributionHead(nn.Module):
+    """The top hidden state -> the next value's distribution, in the series' own units."""
+
+    def __init__(self, hidden_size: int, distribution: str):
+        super().__init__()
+        self.distribution = distribution
+        self.proj = nn.Linear(hidden_size, DISTRIBUTIONS[distribution])
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The distribution's parameters in scaled units: (df, loc, scale) or (loc, scale), each (B, T)."""
+        raw = self.proj(hidden_states).float().unbind(-1)
+        spread = nn.functional.softplus(raw[-1]) + 1e-6
+        if self.distribution == "student_t":
+            return 2.0 + nn.functional.softplus(raw[0]), raw[1], spread
+        return raw[0], spread
+
+    def distribution_of(self, params, loc, scale):
+        """The distribution of y in the series' units: loc + scale * (the scaled distribution)."""
+        *df, m, s = params
+        m, s = loc + scale * m, scale * s
+        return StudentT(df[0], m, s) if df else Normal(m, s)
+
+
+@dataclass
+class SeriesPredictionOutput(ModelOutput):
+    """`loss`: the mean NLL per observed value predicted; `params`: the distribution's parameters in scaled units at
+    every predicted position, each (B, T); `loc`, `scale` (B, 1): the scaling."""
+
+    loss: torch.Tensor | None = None
+    params: tuple[torch.Tensor, ...] | None = None
+    loc: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class ValuePredictionHead:
+    """A family's forecasting model: its backbone (`backbone_class`) reading lagged values through `value_embedding`,
+    and `distribution_head` on its top states. Put it before the family's PreTrainedModel among the bases."""
+
+    backbone_class: type
+    main_input_name = "past_values"
+
+    def __init__(self, config):
+        check_prediction_config(config)
+        super().__init__(config)
+        self.model = self.backbone_class(config)
+        width = self.model.get_input_embeddings().embedding_dim
+        self.value_embedding = nn.Linear(2 * len(config.lags_sequence) + 1, width)
+        self.distribution_head = DistributionHead(config.hidden_size, config.distribution_output)
+        self.post_init()
+
+    @property
+    def past_length(self) -> int:
+        """How many past values a call needs: the context and the longest lag before it."""
+        return self.config.context_length + max(self.config.lags_sequence)
+
+    def _series(self, past_values, past_observed_mask, future_values=None, future_observed_mask=None):
+        config, name = self.config, type(self).__name__
+        if past_values.dim() != 2:
+            raise ValueError(f"{name}: past_values must be (batch, length), one univariate series a row; got "
+                             f"shape {tuple(past_values.shape)}.")  # fmt: skip
+        if past_values.shape[1] < self.past_length:
+            raise ValueError(
+                f"{name}: past_values holds {past_values.shape[1]} values a row; this model needs at least "
+                f"{self.past_length} (context_length={config.context_length} plus the longest lag, "
+                f"{max(config.lags_sequence)})."
+            )
+        past, past_observed = observed_values(past_values.float(), past_observed_mask)
+        context = slice(-config.context_length, None)
+        loc, scale = series_scale(past[:, context], past_observed[:, context], config.scaling)
+        if future_values is None:
+            return past, past_observed, loc, scale
+        future, future_observed = observed_values(future_values.float(), future_observed_mask)
+        return torch.cat([past, future], 1), torch.cat([past_observed, future_observed], 1), loc, scale
+
+    def forward(
+        self,
+        past_values: torch.Tensor,
+        past_observed_mask: torch.Tensor | None = None,
+        future_values: torch.Tensor | None = None,
+        future_observed_mask: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SeriesPredictionOutput:
+        """`past_values` (B, L) with L >= `past_length`; `future_values` (B, P), the values to score (teacher
+        forcing). Predicts every position from the last `context_length` past values to the end; the loss is the mean
+        NLL over those that were observed."""
+        values, observed, loc, scale = self._series(
+            past_values, past_observed_mask, future_values, future_observed_mask
+        )
+        start = past_values.shape[1] - self.config.context_length
+        features = lag_features(values, observed, self.config.lags_sequence, start, loc, scale)
+        outputs = self.model(
+            inputs_embeds=self.value_embedding(features),
+            use_cache=False,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        params = self.distribution_head(outputs.last_hidden_state)
+        target, weight = values[:, start:], observed[:, start:]
+        nll = -self.distribution_head.distribution_of(params, loc, scale).log_prob(target)
+        loss = (nll * weight).sum() / weight.sum().clamp(min=1)
+        return SeriesPredictionOutput(
+            loss=loss, params=params, loc=loc, scale=scale, hidden_states=outputs.hidden_states
+        )
+
+    @torch.no_grad()
+    def generate(
+        self,
+        past_values: torch.Tensor,
+        past_observed_mask: torch.Tensor | None = None,
+        num_parallel_samples: int | None = None,
+        prediction_length: int | None = None,
+    ) -> SampleTSPredictionOutput:
+        """Sample paths (B, num_parallel_samples, prediction_length): each step draws y_t from the predicted
+        distribution and feeds it back as the next steps' lag; the backbone's state carries the past, so a step costs
+        one position. The point forecast is the paths' median (`sequences.median(1).values`)."""
+        config = self.config
+        samples = num_parallel_samples or config.num_parallel_samples
+        horizon = prediction_length or config.prediction_length
+        if not _positive_int(samples) or not _positive_int(horizon):
+            raise ValueError(f"{type(self).__name__}.generate: num_parallel_samples and prediction_length must be "
+                             f"positive integers, got {samples!r} and {horizon!r}.")  # fmt: skip
+        past, observed, loc, scale = self._series(past_values, past_observed_mask)
+        past, observed = past.repeat_interleave(samples, 0), observed.repeat_interleave(samples, 0)
+        loc, scale = loc.repeat_interleave(samples, 0), scale.repeat_interleave(samples, 0)
+        # one slot past the end: the first future value's position, whose lags are all in the past
+        values = torch.cat([past, past.new_zeros(past.shape[0], horizon)], 1)
+        observed = torch.cat([observed, observed.new_zeros(past.shape[0], horizon)], 1)
+        lags, first = config.lags_sequence, past.shape[1]
+        start, state, drawn = first - config.context_length, None, []
+        for t in range(first, first + horizon):
+            features = lag_features(values[:, : t + 1], observed[:, : t + 1], lags, start, loc, scale)
+            outputs = self.model(inputs_embeds=self.value_embedding(features), use_cache=True, **cache_field(state))
+            state, start = cache_of(outputs), t + 1
+            params = self.distribution_head(outputs.last_hidden_state[:, -1:])
+            value = self.distribution_head.distribution_of(params, loc, scale).sample()[:, 0]  # torch's RNG
+            values[:, t], observed[:, t] = value, 1.0
+            drawn.append(value)
+        paths = torch.stack(drawn, 1).view(past_values.shape[0], samples, horizon)
+        return SampleTSPredictionOutput(sequences=paths)

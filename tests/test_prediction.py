@@ -1,0 +1,225 @@
+"""The forecasting heads (`...ForPrediction`, models/prediction.py) of every causal family: the loss is the
+distribution's negative log-density, `generate()` equals recomputing each step from scratch, missing values are
+left out, the folder round-trips (also as remote code) and a head learns a series."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import transformers
+
+import hf_seq  # noqa: F401  (registers the families)
+from hf_seq.registry import family
+
+PREDICTION = "AutoModelForTimeSeriesPrediction"
+HEAD = dict(prediction_length=4, context_length=6, lags_sequence=[1, 2, 5], vocab_size=1, num_parallel_samples=3)
+TINY = {
+    "rnn-lstm": ("rnn", dict(cell_type="lstm", hidden_size=12, num_hidden_layers=2, dropout=0.0)),
+    "rnn-gru": ("rnn", dict(cell_type="gru", hidden_size=12, num_hidden_layers=1, dropout=0.0)),
+    "window": ("window", dict(hidden_size=12, embedding_size=8, context_size=3, dropout=0.0)),
+    "conv": ("conv", dict(hidden_size=12, kernel_size=2, dilation_cycle=2, num_blocks=1, skip_channels=8, dropout=0.0)),
+    "gpt": ("gpt", dict(hidden_size=12, num_hidden_layers=2, num_attention_heads=2, dropout=0.0)),
+    "mamba": ("ssm", dict(ssm_type="mamba", hidden_size=12, num_hidden_layers=2, state_size=4)),
+    "s4d": ("ssm", dict(ssm_type="s4d", hidden_size=12, num_hidden_layers=1, state_size=4)),
+}
+
+
+def make(name: str, seed: int = 0, **head):
+    fam_name, kwargs = TINY[name]
+    fam = family(fam_name)
+    torch.manual_seed(seed)
+    config = fam.config_class(**kwargs, **(HEAD | head))
+    return fam.model_class(PREDICTION)(config).eval()
+
+
+def series(batch=2, length=11, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return 50 + torch.randn(batch, length, generator=g).cumsum(1) * 3
+
+
+def student_t_log_density(y, df, loc, scale):
+    """log p(y) of a Student-t, written out: lgamma((v+1)/2) - lgamma(v/2) - log(sqrt(v pi) s) - (v+1)/2 log(1+z^2/v)."""
+    z = (y - loc) / scale
+    return (
+        torch.lgamma((df + 1) / 2)
+        - torch.lgamma(df / 2)
+        - 0.5 * torch.log(df * math.pi)
+        - torch.log(scale)
+        - (df + 1) / 2 * torch.log1p(z * z / df)
+    )
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_loss_is_the_negative_log_density_of_the_observed_values(name):
+    model = make(name)
+    past, future = series(), series(length=4, seed=1)
+    out = model(past_values=past, future_values=future)
+    df, m, s = out.params
+    target = torch.cat([past[:, -HEAD["context_length"] :], future], 1)
+    assert df.shape == target.shape
+    density = student_t_log_density(target, df, out.loc + out.scale * m, out.scale * s)
+    torch.testing.assert_close(out.loss, -density.mean())
+    # mean scaling: loc 0, scale the mean |y| of the last context_length past values
+    torch.testing.assert_close(out.scale, past[:, -HEAD["context_length"] :].abs().mean(1, keepdim=True))
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_generate_equals_recomputing_every_step(name):
+    """Each sampled value, fed back with the backbone's state, is the value a full forward pass over the past and the
+    values drawn so far gives for the same random draws."""
+    model = make(name)
+    past = series()
+    torch.manual_seed(3)
+    paths = model.generate(past_values=past).sequences  # (B, S, P)
+    assert paths.shape == (2, 3, 4)
+    samples, horizon = HEAD["num_parallel_samples"], HEAD["prediction_length"]
+    repeated, drawn = past.repeat_interleave(samples, 0), torch.empty(past.shape[0] * samples, 0)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for _ in range(horizon):
+            slot = torch.full((repeated.shape[0], 1), float("nan"))  # the position to predict, not yet known
+            out = model(past_values=repeated, future_values=torch.cat([drawn, slot], 1))
+            last = tuple(p[:, -1:] for p in out.params)
+            value = model.distribution_head.distribution_of(last, out.loc, out.scale).sample()
+            drawn = torch.cat([drawn, value], 1)
+    torch.testing.assert_close(paths, drawn.view(2, samples, horizon), rtol=1e-5, atol=1e-4)
+
+
+def test_normal_output_and_std_scaling():
+    model = make("gpt", distribution_output="normal", scaling="std")
+    past, future = series(), series(length=4, seed=1)
+    out = model(past_values=past, future_values=future)
+    m, s = out.params
+    context = past[:, -HEAD["context_length"] :]
+    torch.testing.assert_close(out.loc, context.mean(1, keepdim=True))
+    torch.testing.assert_close(out.scale, context.std(1, unbiased=False, keepdim=True))
+    target = torch.cat([context, future], 1)
+    expected = torch.distributions.Normal(out.loc + out.scale * m, out.scale * s).log_prob(target)
+    torch.testing.assert_close(out.loss, -expected.mean())
+
+
+def test_missing_values_are_left_out_of_the_scale_the_loss_and_the_inputs():
+    model = make("rnn-lstm")
+    past, future = series(), series(length=4, seed=1)
+    holed = past.clone()
+    holed[0, -2] = float("nan")
+    mask = torch.ones_like(past)
+    mask[0, -2] = 0
+    by_nan = model(past_values=holed, future_values=future)
+    changed = past.clone()
+    changed[0, -2] = 1e6  # a value the mask hides: it must change nothing
+    by_mask = model(past_values=changed, past_observed_mask=mask, future_values=future)
+    torch.testing.assert_close(by_nan.loss, by_mask.loss)
+    torch.testing.assert_close(by_nan.scale, by_mask.scale)
+    observed = torch.cat([past[0, -6:-2], past[0, -1:]])
+    torch.testing.assert_close(by_nan.scale[0, 0], observed.abs().mean())
+    assert torch.isfinite(model.generate(past_values=holed).sequences).all()
+
+
+@pytest.mark.parametrize("name", ["gpt", "mamba"])
+def test_save_load_round_trip_is_exact(tmp_path, name):
+    model = make(name)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["prediction_length"] == 4 and config["lags_sequence"] == [1, 2, 5]
+    assert config["auto_map"][PREDICTION].endswith("ForPrediction")
+    reloaded = transformers.AutoModelForTimeSeriesPrediction.from_pretrained(tmp_path).eval()
+    assert type(reloaded) is type(model)
+    past, future = series(), series(length=4, seed=1)
+    assert torch.equal(
+        model(past_values=past, future_values=future).loss, reloaded(past_values=past, future_values=future).loss
+    )
+
+
+def test_remote_code_load_in_a_fresh_process(tmp_path):
+    """The folder forecasts where hf_seq cannot be imported, with the same paths for the same seed."""
+    model = make("rnn-lstm")
+    model.save_pretrained(tmp_path / "model")
+    past = series()
+    torch.manual_seed(0)
+    torch.save({"past": past, "paths": model.generate(past_values=past).sequences}, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["hf_seq"] = None
+        import torch, transformers
+        torch.set_num_threads({torch.get_num_threads()})
+        model = transformers.AutoModelForTimeSeriesPrediction.from_pretrained(
+            {str(tmp_path / "model")!r}, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        expected = torch.load({str(tmp_path / "expected.pt")!r})
+        torch.manual_seed(0)
+        assert torch.equal(model.generate(past_values=expected["past"]).sequences, expected["paths"])
+        print("remote ok")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert "remote ok" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_head_learns_a_seasonal_series():
+    """On a noisy sine of period 8, a GRU's forecasts after 150 steps beat the untrained head's NLL by a wide margin
+    and its median path follows the season better than repeating the last value does."""
+    torch.manual_seed(0)
+    t = torch.arange(400, dtype=torch.float32)
+    values = 10 + 3 * torch.sin(2 * math.pi * t / 8) + 0.1 * torch.randn(400)
+    model = make("rnn-gru", prediction_length=8, context_length=16, lags_sequence=[1, 2, 8])
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    need = model.past_length
+    starts = torch.randint(0, 300 - need - 8, (150, 16))
+
+    def loss_on(batch_starts):
+        windows = torch.stack([values[s : s + need + 8] for s in batch_starts.tolist()])
+        return model(past_values=windows[:, :need], future_values=windows[:, need:]).loss
+
+    with torch.no_grad():
+        before = float(loss_on(starts[0]))
+    for batch in starts:
+        optimizer.zero_grad()
+        loss_on(batch).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        after = float(loss_on(starts[-1]))
+        past, actual = values[None, 380 - need : 380], values[380:388]
+        median = model.generate(past_values=past, num_parallel_samples=50).sequences.median(1).values[0]
+    assert after < before - 1.5, (before, after)
+    naive_error = (actual - past[0, -1]).abs().mean()
+    assert (median - actual).abs().mean() < 0.5 * naive_error
+
+
+@pytest.mark.parametrize(
+    "head, message",
+    [
+        (dict(prediction_length=0), "prediction_length must be a positive integer"),
+        (dict(prediction_length=None), "prediction_length must be a positive integer"),
+        (dict(lags_sequence=[0, 1]), "lags_sequence must be a non-empty list of positive integers"),
+        (
+            dict(distribution_output="gamma"),
+            r"distribution_output='gamma' is not supported; allowed values: \['student_t', 'normal'\]",
+        ),
+        (dict(scaling="max"), "scaling='max' is not supported"),
+        (dict(num_parallel_samples=0), "num_parallel_samples must be a positive integer"),
+    ],
+)
+def test_bad_configs_name_the_key(head, message):
+    with pytest.raises(ValueError, match=message):
+        make("gpt", **head)
+
+
+def test_a_short_past_and_a_bidirectional_backbone_are_refused():
+    model = make("gpt")
+    with pytest.raises(
+        ValueError, match=r"past_values holds 10 values a row; this model needs at least 11 \(context_length=6"
+    ):
+        model(past_values=series(length=10))
+    with pytest.raises(ValueError, match="bidirectional=True cannot forecast"):
+        fam = family("rnn")
+        fam.model_class(PREDICTION)(fam.config_class(bidirectional=True, hidden_size=8, **HEAD))
