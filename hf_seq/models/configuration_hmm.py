@@ -15,6 +15,7 @@ class HMMConfig(PreTrainedConfig):
     - `initializer_range`: the standard deviation of the unnormalised log-probabilities (logits) pi, A and B start
       from. Larger than a network's (0.02): states that start alike get the same gradient and stay alike, so a
       spread of about a nat between them is what lets them specialise.
+    - `tie_word_embeddings` is always True: the tokens are read and predicted with the one emission table B.
     - There is no dropout, no position limit and no fused loss: the logits are log p(x_{t+1} | x_{<=t}) from the
       emission table itself (a log-sum-exp over the states, not one linear layer).
     """
@@ -25,6 +26,7 @@ class HMMConfig(PreTrainedConfig):
     vocab_size: int = 10000
     num_states: int = 128
     initializer_range: float = 1.0
+    tie_word_embeddings: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
@@ -33,6 +35,11 @@ class HMMConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         resolve_options(self, kwargs)
         check_positive(self, "vocab_size", "num_states")
+        if not self.tie_word_embeddings:
+            raise ValueError(
+                "HMMConfig: tie_word_embeddings=False is not supported; allowed values: [True] (a hidden Markov model "
+                "reads and predicts tokens with one emission table)."
+            )
         super().__post_init__(**kwargs)
         check_common_values(self)
         fill_auto_map(self)

@@ -78,11 +78,12 @@ class HMMState(CarriedState):
 
 def log_matmul(log_x: torch.Tensor, log_m: torch.Tensor) -> torch.Tensor:
     """log sum_i exp(log_x[..., i] + log_m[i, j]), as m + log(exp(log_x - m) @ exp(log_m)) with m = max_i log_x[i]:
-    exp(log_m) holds probabilities, exp(log_x - m) <= 1. In float32 whatever the autocast: a bf16 product would
-    lose the small probabilities."""
+    exp(log_m) holds probabilities, exp(log_x - m) <= 1. In float32 at least, whatever the autocast: a bf16 product
+    would lose the small probabilities."""
     shift = log_x.amax(-1, keepdim=True)
+    dtype = torch.promote_types(torch.promote_types(log_x.dtype, log_m.dtype), torch.float32)
     with torch.autocast(log_x.device.type, enabled=False):
-        product = torch.exp(log_x - shift).float() @ torch.exp(log_m).float()
+        product = torch.exp(log_x - shift).to(dtype) @ torch.exp(log_m).to(dtype)
     return shift + torch.log(product.clamp_min(torch.finfo(product.dtype).tiny))
 
 
