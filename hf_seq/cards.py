@@ -35,8 +35,14 @@ METRIC_NAMES = {  # the names metrics.json uses -> (model-index type, what the c
         ("repetition_rate", "repetition_rate", "Outputs with an n-gram repeated back to back"),
         ("accuracy", "accuracy", "Accuracy"),
         ("f1", "f1", "F1"),
+        ("mase", "mase", "MASE, seasonal-naive scale"),
+        ("smape", "smape", "sMAPE (%)"),
+        ("crps", "crps", "CRPS (mean weighted quantile loss)"),
     )
 }
+# a forecaster's loss is per value, not per token (its metrics count `points`, hf_seq.tasks._score_series)
+SERIES_LOSS = {f"{prefix}_loss": ("loss", f"NLL per value (nats) ({split})")
+               for prefix, split in (("eval", "validation"), ("test", "test"))}  # fmt: skip
 
 
 def describe_decoding(metrics: dict) -> str:
@@ -142,6 +148,8 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
         dataset = ", ".join(map(str, dataset))
     card_extra = (recipe or {}).get("card", {})
     measured = {k: v for k, v in (metrics or {}).items() if k in METRIC_NAMES and v is not None}
+    names = METRIC_NAMES | (SERIES_LOSS if "eval_points" in (metrics or {}) else {})
+    measured = {names[k][1]: (names[k][0], v) for k, v in measured.items()}
     metadata = card_metadata(config, auto_class, recipe, repo_id, dataset, hub_datasets, measured)
 
     if recipe:
@@ -204,8 +212,8 @@ def card_metadata(config, auto_class: str, recipe, repo_id: str, dataset, hub_da
                         "task": {"type": metadata["pipeline_tag"]},
                         "dataset": {"name": dataset or "unspecified", "type": dataset or "unspecified"},
                         "metrics": [
-                            {"type": METRIC_NAMES[k][0], "value": round(float(v), 4), "name": METRIC_NAMES[k][1]}
-                            for k, v in measured.items()
+                            {"type": kind, "value": round(float(v), 4), "name": name}
+                            for name, (kind, v) in measured.items()
                         ],
                     }
                 ],
@@ -230,7 +238,7 @@ def describe_evaluation(metrics: dict | None, measured: dict) -> str:
     processes, on how much of each split, how translations were decoded, what bits per byte means."""
     if not measured:
         return "No evaluation was recorded for this model."
-    rows = [f"| {METRIC_NAMES[k][1]} | {float(v):.4g} |" for k, v in measured.items()]
+    rows = [f"| {name} | {float(v):.4g} |" for name, (_, v) in measured.items()]
     extra = ""
     if metrics.get("steps"):
         extra = (
@@ -253,7 +261,7 @@ def describe_evaluation(metrics: dict | None, measured: dict) -> str:
             extra += f" The {split} figures score {what}{counted}."
     if metrics.get("eval_bleu_signature"):
         extra += " " + describe_decoding(metrics)
-    if "eval_bits_per_byte" in measured:
+    if "eval_bits_per_byte" in (metrics or {}):
         extra += (
             " Bits per byte is the total NLL in bits over the UTF-8 bytes of the scored text: it compares models with"
             " different tokenizers."
@@ -265,6 +273,7 @@ USAGE = {  # pipeline tag -> how to use a model of that tag ({r}: the repo id)
     "text-generation": 'from transformers import pipeline\n\nprint(pipeline("text-generation", model="{r}", trust_remote_code=True)("def ", max_new_tokens=20))',
     "fill-mask": 'from transformers import pipeline\n\nprint(pipeline("fill-mask", model="{r}", trust_remote_code=True)("import [MASK]"))',
     "translation": 'import hf_seq  # registers the translation pipeline (transformers 5 removed its own)\nfrom transformers import pipeline\n\nprint(pipeline("translation", model="{r}")("Open file"))',
+    "time-series-forecasting": 'import torch\nfrom transformers import AutoModelForTimeSeriesPrediction\n\nmodel = AutoModelForTimeSeriesPrediction.from_pretrained("{r}", trust_remote_code=True).eval()\npast = torch.randn(1, model.past_length).cumsum(1)  # your series: its last past_length values, NaN where missing\npaths = model.generate(past_values=past).sequences  # (1, num_parallel_samples, prediction_length)\nprint(paths.median(1).values)  # the point forecast',
 }
 
 

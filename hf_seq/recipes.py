@@ -59,6 +59,14 @@ class DataRecipe:
     # target), from rows sorted by length, as fairseq's --max-tokens does (hf_seq.data.token_budget_batches);
     # training.batch_size then only sizes the evaluation batches. None: batches of training.batch_size rows
     batch_tokens: int | None = None
+    # time_series (hf_seq.series): the column holding the values is target_column; many series by id_column, each
+    # ordered by timestamp_column; the test set is the last test_windows x model.prediction_length values of each
+    # series; season: the seasonal period (52 for weekly data with a yearly cycle) of the seasonal-naive forecast
+    # that MASE is scaled by (1: the naive forecast)
+    id_column: str | None = None
+    timestamp_column: str | None = None
+    test_windows: int = 1
+    season: int = 1
 
 
 DEFAULT_MAX_STEPS = 400  # the budget of a recipe that gives neither training.max_steps nor training.max_seconds
@@ -430,6 +438,11 @@ def validate(recipe: Recipe, command: str = "train") -> None:
     allowed = {f.name for f in dataclasses.fields(fam.config_class)} | {"attn_implementation", "num_labels"}
     if command == "finetune":
         allowed.add("from_pretrained")
+    allowed |= set(getattr(fam.config_class, "option_groups", {})) | set(getattr(fam.config_class, "attribute_map", {}))
+    if TASKS[recipe.task].series:  # the forecasting head's keys (models/prediction.py), checked by series.py
+        from hf_seq.series import prediction_settings
+
+        allowed |= set(prediction_settings(recipe.model))
     unknown = sorted(set(recipe.model) - allowed)
     if unknown:
         raise RecipeError(

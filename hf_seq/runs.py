@@ -66,7 +66,7 @@ class RunResult(Mapping):
         evaluations = metrics.pop("evaluations", [])
         auto_class = tasks.get_task(recipe.task or "causal_lm").auto_class
         model = get_family(recipe.family).model_class(auto_class).from_pretrained(folder).to(device or "cpu").eval()
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").exists() else None
         return cls(model, tokenizer, evaluations, metrics, folder, model.device, None, recipe)
 
 
@@ -164,6 +164,9 @@ def build_config(recipe: Recipe, tokenizer, **extra):
     fam = get_family(recipe.family)
     fields = {f.name for f in dataclasses.fields(fam.config_class)}
     kwargs = {k: v for k, v in recipe.model.items() if k != "from_pretrained"} | extra
+    if tokenizer is None:  # a model of real values (time_series): no vocabulary beyond the backbone's one unused row
+        kwargs.setdefault("vocab_size", 1)
+        return fam.config_class(**kwargs)
     kwargs.setdefault("vocab_size", len(tokenizer))
     for name in ("pad", "bos", "eos"):
         token_id = getattr(tokenizer, f"{name}_token_id", None)
@@ -199,9 +202,10 @@ def save_run_files(recipe, output_dir: Path, tokenizer, config, summary: dict, h
     card, and the checksums `hf-seq evaluate / generate / push` check."""
     from hf_seq.cards import write_card
 
-    context = getattr(config, "max_position_embeddings", None) or recipe.data.block_size
-    tokenizer.model_max_length = context  # so truncation=True and the pipelines cut to the model's context
-    tokenizer.save_pretrained(output_dir)
+    if tokenizer is not None:  # a model of real values has none
+        context = getattr(config, "max_position_embeddings", None) or recipe.data.block_size
+        tokenizer.model_max_length = context  # so truncation=True and the pipelines cut to the model's context
+        tokenizer.save_pretrained(output_dir)
     (output_dir / "metrics.json").write_text(json.dumps({**summary, **history}, indent=2))
     (output_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
     if curve["losses"]:
@@ -249,7 +253,7 @@ def evaluate_folder(folder, recipe=None, overrides=(), device=None) -> dict:
     command = tasks.TASKS[task_name].command if task_name in tasks.TASKS else "train"
     recipe = load_recipe(recipe, overrides, command=command)
     recipe.model = {k: v for k, v in recipe.model.items() if k != "from_pretrained"}
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").exists() else None
     prepared = tasks.prepare(recipe, tokenizer=tokenizer)
     model = get_family(recipe.family).model_class(prepared.task.auto_class).from_pretrained(folder)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

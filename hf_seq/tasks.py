@@ -26,6 +26,7 @@ from transformers import (
 
 from hf_seq import data as data_lib
 from hf_seq import evaluation, streaming
+from hf_seq import series as series_lib
 from hf_seq.errors import MissingFileError
 
 
@@ -151,6 +152,17 @@ def _tagging_collator(recipe, tokenizer, model, seed=None):
     return DataCollatorForTokenClassification(tokenizer)
 
 
+class SeriesCollator:
+    """Windows of one length need no padding: the past and future values as float tensors (NaN: missing)."""
+
+    def __call__(self, features):
+        return {key: torch.tensor([f[key] for f in features]) for key in ("past_values", "future_values")}
+
+
+def _series_collator(recipe, tokenizer, model, seed=None):
+    return SeriesCollator()
+
+
 # ---------------------------------------------------------------------------------------------- scoring
 def _score_language_model(task, recipe, model, tokenizer, encoded, rows, device, prefix):
     collator = task.collator(recipe, tokenizer, model, seed=recipe.training.seed)  # the same masks every time
@@ -173,6 +185,39 @@ def _score_seq2seq(task, recipe, model, tokenizer, encoded, rows, device, prefix
     hypotheses = translate(model, tokenizer, list(rows["source"]), recipe, device)
     scores = evaluation.translation_metrics(hypotheses, list(rows["target"]), list(rows["source"]))
     return metrics | {f"{prefix}_{k}": v for k, v in scores.items()} | decoding(recipe)
+
+
+def _score_series(task, recipe, model, tokenizer, encoded, rows, device, prefix):
+    """A forecaster's figures on held-out windows: the NLL per observed future value (`loss`, the distribution's
+    log-density, teacher-forced), and from `num_parallel_samples` sample paths (with `rows`) MASE of their median
+    (scaled by the seasonal-naive in-sample error, `data.season`), sMAPE and CRPS (the weighted quantile loss)."""
+    from hf_seq import forecasting
+
+    nll, points, medians, paths = 0.0, 0, [], []
+    collate, size, was_training = SeriesCollator(), recipe.training.batch_size, model.training
+    model.eval()
+    for start in range(0, len(encoded), size):
+        batch = collate(encoded.select(range(start, min(start + size, len(encoded)))))
+        batch = {k: v.to(device) for k, v in batch.items()}
+        count = task.count_predicted(batch)
+        with torch.no_grad():
+            nll += float(model(**batch).loss) * count
+            points += count
+            if rows is not None:
+                horizon = batch["future_values"].shape[1]
+                drawn = model.generate(past_values=batch["past_values"], prediction_length=horizon).sequences.cpu()
+                paths.append(drawn.double().numpy())
+                medians.append(drawn.median(1).values.double().numpy())
+    model.train(was_training)
+    metrics = {f"{prefix}_loss": nll / max(points, 1), f"{prefix}_points": points}
+    if rows is not None:
+        actual = np.array(encoded["future_values"], dtype=np.float64)
+        forecast, samples = np.concatenate(medians), np.concatenate(paths)
+        history = [np.array(h, dtype=np.float64) for h in encoded["history"]]
+        metrics[f"{prefix}_mase"] = forecasting.mase(forecast, actual, history, recipe.data.season)
+        metrics[f"{prefix}_smape"] = forecasting.smape(forecast, actual)
+        metrics[f"{prefix}_crps"] = forecasting.crps_from_samples(samples, actual)
+    return metrics
 
 
 def decoding(recipe) -> dict:
@@ -300,6 +345,9 @@ class Task:
     tags: tuple[str, ...] = ()
     trainer_metrics: Callable | None = None  # (tokenizer, model) -> a Trainer compute_metrics
     packing: Callable | None = None  # tokenizer -> pack_blocks' separator and wrap: packed blocks, which can stream
+    # real values, no tokenizer: recipe -> (encoded train / validation / test splits, notes), in place of reading
+    # rows and encoding them; a "token" of the budgets and counts is a value predicted
+    series: Callable | None = None
 
     def tokenizer_texts(self, rows: datasets.Dataset):
         """The texts a tokenizer is trained on: every text column of the rows."""
@@ -310,8 +358,25 @@ class Task:
                 elif column == "tokens":
                     yield from (" ".join(words) for words in values)
 
-    def count_predicted(self, labels: torch.Tensor) -> int:
+    def count_predicted(self, batch: dict) -> int:
+        """The values the loss averages over: labels not -100 (shifted for causal LMs); for a series, the observed
+        future values."""
+        if self.series:
+            return int(batch["future_values"].isnan().logical_not().sum())
+        labels = batch["labels"]
         return int((labels[:, 1:] if self.shift_labels else labels).ne(-100).sum())
+
+    def count_inputs(self, batch: dict) -> int:
+        """The tokens (for a series, the values) a batch feeds the model, padding included."""
+        if self.series:
+            return int(batch["past_values"].numel() + batch["future_values"].numel())
+        return int(batch["input_ids"].numel())
+
+    def count_real(self, batch: dict) -> int:
+        """The tokens a batch feeds the model without padding (for a series, the observed values)."""
+        if self.series:
+            return int(sum(batch[k].isnan().logical_not().sum() for k in ("past_values", "future_values")))
+        return int(batch["attention_mask"].sum()) if "attention_mask" in batch else int(batch["input_ids"].numel())
 
 
 def _classifier_metrics(tokenizer, model):
@@ -411,6 +476,19 @@ TASKS: dict[str, Task] = {
             label_column="tags",
             tags=("token-classification",),
             trainer_metrics=_tagging_metrics,
+        ),
+        Task(
+            "time_series",
+            "AutoModelForTimeSeriesPrediction",
+            "train",
+            {"target": "target_column"},
+            None,
+            _series_collator,
+            _score_series,
+            "time-series-forecasting",
+            tokenizer_style="none",
+            tags=("time-series-forecasting",),
+            series=series_lib.prepare_series,
         ),
     )
 }
@@ -512,6 +590,8 @@ def prepare(
     held-out sets at `data.eval_examples` (noted in `notes`, so the reports say how much was scored). With
     `data.streaming`, `train` is process `process_index`'s `streaming.BlockStream`, read as training asks."""
     task = get_task(recipe.task)
+    if task.series:
+        return _prepare_series(recipe, task)
     columns = {name: getattr(recipe.data, key) for name, key in task.columns.items()}
     stream = recipe.data.streaming
     with main_first() if main_first else contextlib.nullcontext():  # the main process fills the datasets cache
@@ -569,6 +649,21 @@ def prepare(
                 rows = rows.select(range(cap)) if rows is not None else None
             prepared.notes[f"{prefix}_examples"] = len(encoded)
             prepared.held_out[prefix], prepared.held_out_rows[prefix] = encoded, rows
+    return prepared
+
+
+def _prepare_series(recipe, task: Task) -> Prepared:
+    """A series task's data: no tokenizer; the splits cut in time by the task (hf_seq.series)."""
+    encoded, notes = task.series(recipe)
+    prepared = Prepared(task, None, train=encoded["train"], notes=notes)
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        windows = encoded[split]
+        cap = recipe.data.eval_examples
+        if cap is not None and cap < len(windows):
+            prepared.notes[f"{prefix}_examples_total"] = len(windows)
+            windows = windows.select(range(cap))
+        prepared.notes[f"{prefix}_examples"] = len(windows)
+        prepared.held_out[prefix], prepared.held_out_rows[prefix] = windows, windows
     return prepared
 
 

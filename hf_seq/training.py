@@ -323,7 +323,7 @@ def loop(session: Session, progress: bool) -> None:
                 sharded=bool(session.fsdp),
             )  # fmt: skip
             s.step += 1
-            s.tokens += sum(int(b["input_ids"].numel()) for b in batches) * accelerator.num_processes
+            s.tokens += sum(session.prepared.task.count_inputs(b) for b in batches) * accelerator.num_processes
             count_tokens(s, batches, session.prepared.task, accelerator)
             s.seconds = time.perf_counter() - start_time
             s.losses.append(loss)
@@ -588,8 +588,8 @@ def count_tokens(state: TrainState, batches: list[dict], task, accelerator) -> N
     """Add the step's real tokens (not padding; for sentence pairs the source and the target side) to
     state.real_tokens, and for sentence pairs the padded size of both sides to state.padded_tokens, summed over the
     processes: padding_fraction = 1 - real / padded."""
-    pairs = "target" in task.columns
-    real = sum(b["attention_mask"].sum() if "attention_mask" in b else b["input_ids"].numel() for b in batches)
+    pairs = "source" in task.columns
+    real = sum(task.count_real(b) for b in batches)
     padded = 0
     if pairs:
         real = real + sum(b["labels"].ne(-100).sum() for b in batches)
@@ -615,7 +615,7 @@ def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accele
     """One optimizer step over the global batch; returns its mean loss per predicted token. `sharded`: an FSDP2
     model, which reduce-scatters its gradients itself (once per step: the last micro-batch) and clips them as
     DTensors."""
-    predicted = sum(task.count_predicted(b["labels"]) for b in batches)
+    predicted = sum(task.count_predicted(b) for b in batches)
     num_items = accelerator.reduce(torch.tensor(predicted, device=accelerator.device), reduction="sum")
     step_loss = torch.zeros((), device=accelerator.device)
     for k, batch in enumerate(batches):

@@ -60,10 +60,11 @@ def test_loss_is_the_negative_log_density_of_the_observed_values(name):
     past, future = series(), series(length=4, seed=1)
     out = model(past_values=past, future_values=future)
     df, m, s = out.params
-    target = torch.cat([past[:, -HEAD["context_length"] :], future], 1)
-    assert df.shape == target.shape
-    density = student_t_log_density(target, df, out.loc + out.scale * m, out.scale * s)
+    assert df.shape == (2, HEAD["context_length"] + 4)  # every position from the context on
+    df, m, s = (p[:, -4:] for p in out.params)  # the loss scores the future values
+    density = student_t_log_density(future, df, out.loc + out.scale * m, out.scale * s)
     torch.testing.assert_close(out.loss, -density.mean())
+    assert model(past_values=past).loss is None
     # mean scaling: loc 0, scale the mean |y| of the last context_length past values
     torch.testing.assert_close(out.scale, past[:, -HEAD["context_length"] :].abs().mean(1, keepdim=True))
 
@@ -94,12 +95,11 @@ def test_normal_output_and_std_scaling():
     model = make("gpt", distribution_output="normal", scaling="std")
     past, future = series(), series(length=4, seed=1)
     out = model(past_values=past, future_values=future)
-    m, s = out.params
+    m, s = (p[:, -4:] for p in out.params)
     context = past[:, -HEAD["context_length"] :]
     torch.testing.assert_close(out.loc, context.mean(1, keepdim=True))
     torch.testing.assert_close(out.scale, context.std(1, unbiased=False, keepdim=True))
-    target = torch.cat([context, future], 1)
-    expected = torch.distributions.Normal(out.loc + out.scale * m, out.scale * s).log_prob(target)
+    expected = torch.distributions.Normal(out.loc + out.scale * m, out.scale * s).log_prob(future)
     torch.testing.assert_close(out.loss, -expected.mean())
 
 

@@ -14,12 +14,14 @@ x_t &= W\,[\,(y_{t-l} - \mu)/\sigma,\ o_{t-l} \ \text{for}\ l \in \text{lags};\ 
 h_t &= \text{backbone}(x_{\le t}) \\
 y_t &\sim \mu + \sigma \cdot \text{Student-}t(\nu_t, m_t, s_t), \quad
     (\nu_t, m_t, s_t) = (2 + \text{softplus}, \text{id}, \text{softplus})(V h_t + c) \\
-\mathcal{L} &= -\tfrac{1}{\#\{t: o_t = 1\}} \textstyle\sum_{t:\, o_t = 1} \log p(y_t \mid y_{<t})
+\mathcal{L} &= -\tfrac{1}{\#\{t > T: o_t = 1\}} \textstyle\sum_{t > T:\, o_t = 1} \log p(y_t \mid y_{<t})
+    \qquad T \text{: the last past value}
 \end{aligned}
 $$
 
-Training covers the last `context_length` past values and the future ones (DeepAR trains on its conditioning range
-too); `generate()` draws `num_parallel_samples` paths of `prediction_length` values, each value fed back as the next
+The backbone reads the last `context_length` past values and the future ones (teacher forcing); the loss scores the
+future values (TimeSeriesTransformer's convention), so a training loss and a held-out NLL per value are one number;
+a window stride of 1 over the training series makes every value a target. `generate()` draws `num_parallel_samples` paths of `prediction_length` values, each value fed back as the next
 step's lag, the backbone's state (or key/value cache) carried between steps. Missing values (NaN, or 0 in
 `past_observed_mask`) are read as 0 with their flag at 0 and left out of the scale and the loss.
 
@@ -148,7 +150,7 @@ class DistributionHead(nn.Module):
 
 @dataclass
 class SeriesPredictionOutput(ModelOutput):
-    """`loss`: the mean NLL per observed value predicted; `params`: the distribution's parameters in scaled units at
+    """`loss`: the mean NLL per observed future value; `params`: the distribution's parameters in scaled units at
     every predicted position, each (B, T); `loc`, `scale` (B, 1): the scaling."""
 
     loss: torch.Tensor | None = None
@@ -206,11 +208,13 @@ class ValuePredictionHead:
         future_observed_mask: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs,
     ) -> SeriesPredictionOutput:
         """`past_values` (B, L) with L >= `past_length`; `future_values` (B, P), the values to score (teacher
         forcing). Predicts every position from the last `context_length` past values to the end; the loss is the mean
-        NLL over those that were observed."""
+        NLL of the observed future values (summed over `num_items_in_batch` when a training loop passes the count of
+        its whole batch, so gradient accumulation equals the full batch)."""
         values, observed, loc, scale = self._series(
             past_values, past_observed_mask, future_values, future_observed_mask
         )
@@ -223,9 +227,14 @@ class ValuePredictionHead:
             **kwargs,
         )
         params = self.distribution_head(outputs.last_hidden_state)
-        target, weight = values[:, start:], observed[:, start:]
-        nll = -self.distribution_head.distribution_of(params, loc, scale).log_prob(target)
-        loss = (nll * weight).sum() / weight.sum().clamp(min=1)
+        loss = None
+        if future_values is not None:
+            first = past_values.shape[1]  # the future's first position
+            future = tuple(p[:, first - start :] for p in params)
+            nll = -self.distribution_head.distribution_of(future, loc, scale).log_prob(values[:, first:])
+            weight = observed[:, first:]
+            count = weight.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+            loss = (nll * weight).sum() / count
         return SeriesPredictionOutput(
             loss=loss, params=params, loc=loc, scale=scale, hidden_states=outputs.hidden_states
         )
