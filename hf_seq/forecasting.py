@@ -48,12 +48,14 @@ __all__ = [
     "AutoRegressive",
     "co2_weekly",
     "crps_from_samples",
+    "gaussian_nll_from_samples",
     "interval_from_samples",
     "mase",
     "naive_forecast",
     "naive_forecast_scale",
     "naive_samples",
     "quantile_loss",
+    "score_samples",
     "seasonal_naive_forecast",
     "select_order",
     "smape",
@@ -64,7 +66,7 @@ __all__ = [
 # ------------------------------------------------------------------------------------------------ argument checks
 def _float_array(values, name: str) -> np.ndarray:
     if hasattr(values, "detach"):  # a torch tensor, possibly on an accelerator or requiring grad
-        values = values.detach().cpu().numpy()
+        values = values.detach().cpu().double().numpy()  # double(): numpy has no bfloat16
     try:
         return np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as error:
@@ -93,6 +95,18 @@ def _history(history, where: str) -> tuple[np.ndarray, tuple[int, ...]]:
         which = "history" if array.ndim == 1 else f"history[{row}]"
         raise InvalidValueError(f"{where}: {which} has no observed value (all {array.shape[-1]} are NaN).")
     return array.reshape(-1, array.shape[-1]), array.shape[:-1]
+
+
+def _series_list(series, where: str, name: str = "series") -> list[np.ndarray]:
+    """One series `(time,)`, many of one length `(batch, time)`, or a sequence of 1-D series of any lengths."""
+    if isinstance(series, Sequence) and len(series) and np.ndim(series[0]) == 1:
+        return [_float_array(s, name).reshape(-1) for s in series]
+    array = _float_array(series, name)
+    if array.ndim not in (1, 2):
+        raise InvalidValueError(
+            f"{where}: {name} must be (time,), (batch, time) or a list of 1-D series, got shape {array.shape}."
+        )
+    return [array] if array.ndim == 1 else list(array)
 
 
 def _levels(quantiles, where: str) -> np.ndarray:
@@ -156,7 +170,7 @@ def _seasonal_scale(series: np.ndarray, season: int, name: str) -> float:
     return float(differences.mean())
 
 
-def mase(forecast, actual, insample, season: int, *, per_series: bool = False):
+def mase(forecast, actual, insample, season: int, *, per_series: bool = False) -> float | np.ndarray:
     """Mean absolute scaled error (Hyndman and Koehler 2006), averaged over series as in the M4 competition.
 
     For one series with in-sample values y_1..y_n, forecasts F_t and actual values A_t over the horizon:
@@ -164,7 +178,7 @@ def mase(forecast, actual, insample, season: int, *, per_series: bool = False):
         MASE = mean_t |A_t - F_t|  /  ( 1/(n-m) * sum_{t=m+1..n} |y_t - y_{t-m}| )
 
     The denominator is the in-sample mean absolute error of the seasonal-naive forecast with lag m = `season`
-    (m = 1: the naive forecast), so MASE < 1 beats that benchmark in sample. When the in-sample series has at most
+    (m = 1: the naive forecast): MASE < 1 means smaller errors than that benchmark made in sample. When the in-sample series has at most
     `season` points there is no seasonal difference and m falls back to 1. Missing values: a NaN actual is skipped
     in the mean, a difference y_t - y_{t-m} with a NaN in it is skipped in the scale. A scale of 0 (a constant
     in-sample series) gives inf, or 0 when the forecast is exact too.
@@ -176,20 +190,7 @@ def mase(forecast, actual, insample, season: int, *, per_series: bool = False):
     """
     season = _positive_int(season, "season", "mase")
     forecast, actual = _forecast_and_actual(forecast, actual, "mase")
-    if (
-        isinstance(insample, Sequence)
-        and not isinstance(insample, (str, bytes))
-        and len(insample)
-        and np.ndim(insample[0]) == 1
-    ):
-        series = [_float_array(s, "insample").reshape(-1) for s in insample]
-    else:
-        array = _float_array(insample, "insample")
-        series = [array] if array.ndim == 1 else list(array) if array.ndim == 2 else None
-        if series is None:
-            raise InvalidValueError(
-                f"mase: insample must be (time,), (batch, time) or a list of 1-D series, got shape {array.shape}."
-            )
+    series = _series_list(insample, "mase", name="insample")
     if len(series) != len(actual):
         raise InvalidValueError(f"mase: insample holds {len(series)} series, forecast and actual {len(actual)}.")
     observed = ~np.isnan(actual)
@@ -200,7 +201,7 @@ def mase(forecast, actual, insample, season: int, *, per_series: bool = False):
     return _mean_over_series(values, counts, "mase", per_series)
 
 
-def smape(forecast, actual, *, per_series: bool = False):
+def smape(forecast, actual, *, per_series: bool = False) -> float | np.ndarray:
     """Symmetric mean absolute percentage error as defined for the M4 competition (Makridakis et al. 2020), in %:
 
         sMAPE = 200/h * sum_t |A_t - F_t| / (|A_t| + |F_t|)
@@ -300,6 +301,33 @@ def crps_from_samples(samples, actual, quantiles=DEFAULT_QUANTILES) -> float:
     samples, actual = _samples(samples, actual, "crps_from_samples")
     forecasts = np.moveaxis(np.quantile(samples, levels, axis=-2), 0, -2)  # (..., Q, horizon)
     return weighted_quantile_loss(forecasts, actual, levels)
+
+
+def score_samples(samples, actual, insample, season: int) -> dict:
+    """The figures every forecaster of hf-seq is compared on, from its sample paths (the networks' `generate()`, the
+    benchmarks' `naive_samples`, `AutoRegressive.sample`): `mase` and `smape` of the paths' median (the point
+    forecast) and `crps` (`crps_from_samples`). samples `(batch, num_samples, horizon)`, actual `(batch, horizon)`,
+    insample: each series before its window (MASE's scale, lag `season`). `hf-seq train`, `hf-seq evaluate` and the
+    forecasting lineage all score through this function."""
+    samples = _float_array(samples, "samples")
+    median = np.median(samples, axis=-2)
+    return {
+        "mase": mase(median, actual, insample, season),
+        "smape": smape(median, actual),
+        "crps": crps_from_samples(samples, actual),
+    }
+
+
+def gaussian_nll_from_samples(samples, actual) -> float:
+    """The mean negative log-likelihood per observed value (nats) of a normal distribution with the samples' mean and
+    standard deviation at each step: the classical benchmarks' predictive distributions are normal (FPP3 5.5, 9.3),
+    so this is their NLL up to the sampling error of the two moments. samples `(batch, num_samples, horizon)`,
+    actual `(batch, horizon)`; NaN actual values are skipped."""
+    samples, actual = _samples(samples, actual, "gaussian_nll_from_samples")
+    mean, std = samples.mean(axis=-2), np.maximum(samples.std(axis=-2), 1e-9)
+    observed = ~np.isnan(actual)
+    z = (actual[observed] - mean[observed]) / std[observed]
+    return float(np.mean(0.5 * z * z + np.log(std[observed]) + 0.5 * math.log(2 * math.pi)))
 
 
 def interval_from_samples(samples, level: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
@@ -423,17 +451,6 @@ def naive_samples(history, horizon: int, season: int = 1, num_samples: int = 100
 
 
 # ------------------------------------------------------------------------------------------------ AR(p)
-def _series_list(series, where: str) -> list[np.ndarray]:
-    if isinstance(series, Sequence) and len(series) and np.ndim(series[0]) == 1:
-        return [_float_array(s, "series").reshape(-1) for s in series]
-    array = _float_array(series, "series")
-    if array.ndim not in (1, 2):
-        raise InvalidValueError(
-            f"{where}: series must be (time,), (batch, time) or a list of 1-D series, got shape {array.shape}."
-        )
-    return [array] if array.ndim == 1 else list(array)
-
-
 def _lagged_design(series: list[np.ndarray], order: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows of the regression x_t ~ (x_{t-1}, ..., x_{t-order}) from every window of order+1 consecutive values
     in which all are observed: lags `(rows, order)`, lag 1 first, and targets `(rows,)`."""

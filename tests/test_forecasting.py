@@ -89,7 +89,7 @@ def test_ar_forecast_iterates_the_equation():
     batch = np.stack([history, history + 1])
     np.testing.assert_allclose(model.forecast(batch, 4)[0], expected)
     np.testing.assert_allclose(model.forecast(batch, 4)[1], model.forecast(history + 1, 4))
-    assert model.forecast(torch.tensor(history), 4).shape == (4,)
+    np.testing.assert_allclose(model.forecast(torch.tensor(history, dtype=torch.bfloat16), 4), expected)
 
 
 def test_ar_samples_centre_on_the_forecast_with_the_model_spread():
@@ -126,8 +126,12 @@ def test_ar_forecast_fills_a_missing_history_value_by_its_one_step_prediction():
     filled = history.copy()
     filled[2] = 1.0 + 0.5 * 3.0 + 0.2 * 2.0
     np.testing.assert_allclose(model.forecast(history, 3), model.forecast(filled, 3))
-    # a leading gap takes the first observed value
-    np.testing.assert_allclose(model.forecast([np.nan, 4.0, 6.0], 2), model.forecast([4.0, 4.0, 6.0], 2))
+    # a gap among the first p values takes the first observed value, and later gaps are predicted from it
+    np.testing.assert_allclose(model.forecast([np.nan, 4.0, np.nan], 2), model.forecast([4.0, 4.0, 3.8], 2))
+    order3 = fixed_model(0.0, [0.5, 0.2, 0.1])
+    np.testing.assert_allclose(order3.forecast([np.nan, 4.0, 6.0], 2), order3.forecast([4.0, 4.0, 6.0], 2))
+    # ... and one after an observed value the last observed value before it
+    np.testing.assert_allclose(order3.forecast([1.0, 3.0, np.nan, 6.0], 2), order3.forecast([1.0, 3.0, 3.0, 6.0], 2))
 
 
 def test_select_order_minimises_aic_on_common_rows_and_finds_the_simulated_order():
@@ -333,6 +337,11 @@ def test_naive_samples_have_the_benchmark_marginals_and_random_walk_paths():
         (lambda: mase([1.0], [1.0], [1.0], 1), r"insample has 1 point"),
         (lambda: mase([1.0], [np.nan], [1.0, 2.0], 1), r"actual has no observed value"),
         (lambda: mase([1.0, 2.0], [1.0], [1.0, 2.0], 1), r"forecast and actual must have one shape"),
+        (
+            lambda: mase([[1.0], [1.0]], [[1.0], [1.0]], [1.0, 2.0], 1),
+            r"insample holds 1 series, forecast and actual 2",
+        ),
+        (lambda: AutoRegressive(1).fit(np.zeros((2, 2, 5))), r"series must be \(time,\), \(batch, time\)"),
         (lambda: smape([1.0, 2.0], [[1.0, 2.0]]), r"got \(2,\) and \(1, 2\)"),
         (lambda: quantile_loss([1.0], [1.0], 1.5), r"strictly between 0 and 1, got \(1.5,\)"),
         (lambda: crps_from_samples(np.zeros((3, 4)), np.zeros(5)), r"samples must be \(num_samples, horizon\)"),
