@@ -501,7 +501,7 @@ class AutoRegressive:
     def __repr__(self) -> str:
         if self.coefficients is None:
             return f"AutoRegressive(order={self.order}, include_mean={self.include_mean}, not fitted)"
-        phi = ", ".join(f"{value:.4g}" for value in self.coefficients)
+        phi = ", ".join(f"{value:.4g}" for value in self.coefficients[:6]) + (", ..." if self.order > 6 else "")
         return f"AutoRegressive(order={self.order}, intercept={self.intercept:.4g}, coefficients=[{phi}], noise_scale={self.noise_scale:.4g})"
 
     def _fit_design(self, lags: np.ndarray, targets: np.ndarray) -> "AutoRegressive":
