@@ -74,6 +74,12 @@ def _window(s, size: int, dropout: float, context: int) -> dict:
     return model | dict(embedding_dropout=dropout, hidden_dropout=dropout)
 
 
+def _hmm(s, size: int, dropout: float) -> dict:
+    """S = size hidden states: the S x S transitions (and pi) are its non-embedding parameters; the S x V emission
+    table is its token table, S wide rather than the width (it has no dropout)."""
+    return dict(num_states=size)
+
+
 def _recurrent(cell_type: str):
     def config(s, size: int, dropout: float, layers: int) -> dict:
         dropouts = dict(embedding_dropout=dropout, hidden_dropout=dropout, output_dropout=dropout)
@@ -120,6 +126,7 @@ RNN_LAYERS = dict(knobs={"layers": 2}, quick={"layers": 1})
 ROWS = (
     Member("ngram", "5-gram, interpolated Kneser-Ney", None, knobs={"order": 5}, quick={"order": 3},
            help="n-gram counts, Kneser-Ney smoothed (Shannon 1948)"),
+    Member("hmm", "hidden Markov model (Baum and Petrie 1966)", "hmm", _hmm, help="a hidden Markov model, trained by gradient"),
     Member("window", "fixed-window MLP (Bengio et al. 2003)", "window", _window, {"context": 8}, {"context": 3},
            help="the fixed-window neural LM"),
     Member("conv", "WaveNet, dilated causal convolutions", "conv", _conv, {"layers": 4},

@@ -33,9 +33,11 @@ $$
 
 The normaliser of $f_t$ is $\log p(x_t \mid x_{<t}) = \ell_{t-1}(x_t)$, so $\alpha_t = f_t + \sum_{s \le t}
 \ell_{s-1}(x_s)$ and the usual shifted cross-entropy of the logits is $-\log p(x_2, \dots, x_T \mid x_1) / (T - 1)$:
-`labels` work as for any causal LM, and training by gradient descent maximises the marginal likelihood (whose gradient
-is the expected counts Baum-Welch re-estimates from: the gradient with respect to $\log B_j(v)$ sums the posterior
-$p(z_t = j \mid x_{1..T})$ over the positions where $x_t = v$).
+`labels` work as for any causal LM, and training by gradient descent maximises the marginal likelihood. Its gradient
+holds the expected counts Baum-Welch re-estimates from: the gradient of $\log p(x_1, \dots, x_T)$ with respect to
+$\log B_j(v)$ is the posterior $p(z_t = j \mid x_{1..T})$ summed over the positions where $x_t = v$. To score $x_1$
+as well, put one padded position before it: the belief there is still $h_0 = \log \pi$, so its logits are
+$\log p(x_1 = v)$.
 
 Each sum over states $\log \sum_i \exp(u_i + \log M_{ij})$ is computed as $m + \log \sum_i e^{u_i - m} M_{ij}$ with
 $m = \max_i u_i$: the same log-sum-exp as one matrix product, which keeps O(S) numbers per step for the backward pass
