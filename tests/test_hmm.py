@@ -288,6 +288,8 @@ def test_a_padded_position_keeps_the_previous_belief():
         (dict(vocab_size=10, pad_token_id=10), "pad_token_id"),
         (dict(use_cache="yes"), "use_cache"),
         (dict(num_stats=8), "num_states"),
+        (dict(num_hidden_layers=2), "num_hidden_layers"),
+        (dict(tie_word_embeddings=False), "tie_word_embeddings"),
     ],
 )
 def test_bad_config_values_are_refused_naming_the_key(kwargs, key):

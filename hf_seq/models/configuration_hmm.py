@@ -33,6 +33,12 @@ class HMMConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = 2
 
     def __post_init__(self, **kwargs):
+        layers = kwargs.pop("num_hidden_layers", 1)  # a network's depth: an HMM would keep it and ignore it
+        if layers != 1:
+            raise ValueError(
+                f"HMMConfig: num_hidden_layers={layers!r} is not supported; allowed values: [1] (a hidden Markov "
+                "model is one chain of states: size it with num_states)."
+            )
         resolve_options(self, kwargs)
         check_positive(self, "vocab_size", "num_states")
         if not self.tie_word_embeddings:

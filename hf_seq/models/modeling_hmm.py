@@ -5,8 +5,8 @@ $$
 p(z_1 = j) = \pi_j, \qquad p(z_t = j \mid z_{t-1} = i) = A_{ij}, \qquad p(x_t = v \mid z_t = j) = B_j(v)
 $$
 
-The parameters are unnormalised log-probabilities, normalised by a log-softmax: $\pi$ over the states, each row of
-$A$ over the states it leads to, each state's emissions $B_j$ over the vocabulary. The forward algorithm (Rabiner's
+The parameters are unnormalised log-probabilities, normalised by a log-softmax: \(\pi\) over the states, each row of
+\(A\) over the states it leads to, each state's emissions \(B_j\) over the vocabulary. The forward algorithm (Rabiner's
 equations 19-21), in log space, gives the likelihood of a sequence with every path summed over:
 
 $$
@@ -18,8 +18,8 @@ $$
 $$
 
 A language model needs the next token's distribution at every position, so the model carries the normalised
-$\alpha$, its belief about the next state, $h_t(j) = \log p(z_{t+1} = j \mid x_{\le t})$, starting from
-$h_0 = \log \pi$:
+\(\alpha\), its belief about the next state, \(h_t(j) = \log p(z_{t+1} = j \mid x_{\le t})\), starting from
+\(h_0 = \log \pi\):
 
 $$
 \begin{aligned}
@@ -31,24 +31,24 @@ h_t(j) &= \log \textstyle\sum_i \exp\big(f_t(i) + \log A_{ij}\big) && \text{one 
 \end{aligned}
 $$
 
-The normaliser of $f_t$ is $\log p(x_t \mid x_{<t}) = \ell_{t-1}(x_t)$, so $\alpha_t = f_t + \sum_{s \le t}
-\ell_{s-1}(x_s)$ and the usual shifted cross-entropy of the logits is $-\log p(x_2, \dots, x_T \mid x_1) / (T - 1)$:
-`labels` work as for any causal LM, and training by gradient descent maximises the marginal likelihood. Its gradient
-holds the expected counts Baum-Welch re-estimates from: the gradient of $\log p(x_1, \dots, x_T)$ with respect to
-$\log B_j(v)$ is the posterior $p(z_t = j \mid x_{1..T})$ summed over the positions where $x_t = v$. To score $x_1$
-as well, put one padded position before it: the belief there is still $h_0 = \log \pi$, so its logits are
-$\log p(x_1 = v)$.
+The normaliser of \(f_t\) is \(\log p(x_t \mid x_{<t}) = \ell_{t-1}(x_t)\), so
+\(\alpha_t = f_t + \sum_{s \le t} \ell_{s-1}(x_s)\), and the usual shifted cross-entropy of the logits is
+\(-\log p(x_2, \dots, x_T \mid x_1) / (T - 1)\): `labels` work as for any causal LM, and training by gradient descent
+maximises the marginal likelihood. Its gradient holds the expected counts Baum-Welch re-estimates from: the gradient
+of \(\log p(x_1, \dots, x_T)\) with respect to \(\log B_j(v)\) is the posterior \(p(z_t = j \mid x_{1..T})\) summed
+over the positions where \(x_t = v\). To score \(x_1\) as well, put one padded position before it: the belief there
+is still \(h_0 = \log \pi\), so its logits are \(\log p(x_1 = v)\).
 
-Each sum over states $\log \sum_i \exp(u_i + \log M_{ij})$ is computed as $m + \log \sum_i e^{u_i - m} M_{ij}$ with
-$m = \max_i u_i$: the same log-sum-exp as one matrix product, which keeps O(S) numbers per step for the backward pass
+Each sum over states \(\log \sum_i \exp(u_i + \log M_{ij})\) is computed as \(m + \log \sum_i e^{u_i - m} M_{ij}\) with
+\(m = \max_i u_i\): the same log-sum-exp as one matrix product, which keeps O(S) numbers per step for the backward pass
 instead of the S x S table a `torch.logsumexp` over (i, j) would hold. The step costs O(S^2) and the logits O(S V)
 per token.
 
-The state a call returns (an `HMMState` under `past_key_values`) is $h$ after its last token, S numbers per
-sequence, so generation costs O(S^2 + S V) per token and equals recomputation. A padded position leaves $h$ as it
-was. `last_hidden_state` is $h_t$ at every position (B, T, S); `hidden_states` holds the emission log-likelihoods
-$\log B_j(x_t)$ that the chain reads, then $h$. The model reads token ids only: there are no input embeddings to pass
-in place of them.
+The state a call returns (an `HMMState` under `past_key_values`) is \(h\) after its last token, S numbers per
+sequence, so generation costs O(S^2 + S V) per token and equals recomputation. A padded position leaves \(h\) as it
+was. `last_hidden_state` is \(h_t\) at every position (B, T, S); `hidden_states` holds the emission log-likelihoods
+\(\log B_j(x_t)\) that the chain reads, then \(h\). The model reads token ids only: there are no input embeddings to
+pass in place of them.
 """
 
 from dataclasses import dataclass
