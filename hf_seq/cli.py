@@ -328,9 +328,10 @@ def parse_sizes(text: str) -> list[int] | str:
 
 def lineage_studies() -> dict:
     """The studies `hf-seq lineage --task` runs, by name: their rows give the members, help and own options."""
-    from hf_seq.experiments import lineage, lineage_translation
+    from hf_seq.experiments import lineage, lineage_forecasting, lineage_translation
 
-    return {study.name: study for study in (lineage.LINEAGE, lineage_translation.LINEAGE)}
+    studies = (lineage.LINEAGE, lineage_translation.LINEAGE, lineage_forecasting.LINEAGE)
+    return {study.name: study for study in studies}
 
 
 def cmd_lineage(args) -> None:
@@ -342,7 +343,7 @@ def cmd_lineage(args) -> None:
     study = studies[args.task]
     for other in studies.values():
         for option in other.own_options:
-            if other is not study and getattr(args, option, None) is not None:
+            if option not in study.own_options and getattr(args, option, None) is not None:
                 flag = "--" + option.replace("_", "-")
                 raise InvalidValueError(f"lineage: {flag} {getattr(args, option)!r} is for --task {other.name}")
     options = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
@@ -475,14 +476,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("lineage", help=command_help)
     p.add_argument(
         "--task",
-        choices=("language_model", "translation"),
+        choices=("language_model", "translation", "time_series"),
         default="language_model",
-        help="the language models (default) or the encoder-decoders translating a parallel corpus",
+        help="the language models (default), the encoder-decoders translating a parallel corpus, or the "
+        "forecasters of a real-valued series",
     )
     p.add_argument(
         "--corpus",
         nargs="+",
-        help="stdlib (default; translation: gettext, the machine's catalogs), local files or a Hub dataset name",
+        help="stdlib (default; translation: gettext, the machine's catalogs; time_series: co2, the shipped weekly "
+        "Mauna Loa series), local files or a Hub dataset name",
     )
     p.add_argument(
         "--source-column",
@@ -490,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--target-column",
-        help="translation: the target column, or a language of a `translation` column (default target)",
+        help="translation: the target column, or a language of a `translation` column (default target); "
+        "time_series: the column of the values",
     )
     p.add_argument("--validation", help="held-out file(s) or Hub split (default: the corpus's own, else held out)")
     p.add_argument("--test", help="test file or Hub split, scored once at the end with the selected weights")
@@ -501,8 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
     budget.add_argument("--budget-flops", type=float, help="training FLOPs per member (6N + attention per token)")
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
-    p.add_argument("--sizes", type=parse_sizes, help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M, or auto: each member at the size that short pilot "
-        "runs predict best for the budget (the default with --budget-seconds or --budget-flops)")
+    p.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M, or auto: each member at the size that short pilot "
+        "runs predict best for the budget (the default with --budget-seconds or --budget-flops)",
+    )
     p.add_argument("--seeds", type=int, default=1, help="seeds per member and size: mean and spread")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
     p.add_argument("--members", help=members_help)

@@ -150,14 +150,20 @@ def check_folder(folder) -> dict:
         sys.modules["hf_seq"] = None  # as on a machine without hf-seq
         import torch, transformers
         folder = {str(folder)!r}
+        forecaster = json.load(open(folder + "/config.json")).get("prediction_length") is not None
         loaded = {{}}
         for auto in {sorted(k for k in auto_map if k != "AutoConfig")!r}:
+            if (auto == "AutoModelForTimeSeriesPrediction") != forecaster:  # values in, or tokens in
+                continue
             model = getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True).eval()
             loaded[auto] = type(model).__name__
-        ids = torch.tensor([[1, 2, 3, 4]]) % model.config.vocab_size
-        kwargs = {{"decoder_input_ids": ids[:, :2]}} if model.config.is_encoder_decoder else {{}}
         with torch.no_grad():
-            model(input_ids=ids, **kwargs)
+            if forecaster:
+                model(past_values=torch.randn(1, model.past_length), future_values=torch.randn(1, 2))
+            else:
+                ids = torch.tensor([[1, 2, 3, 4]]) % model.config.vocab_size
+                kwargs = {{"decoder_input_ids": ids[:, :2]}} if model.config.is_encoder_decoder else {{}}
+                model(input_ids=ids, **kwargs)
         print(json.dumps(loaded))
         """
     )

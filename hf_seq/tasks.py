@@ -193,7 +193,7 @@ def _score_series(task, recipe, model, tokenizer, encoded, rows, device, prefix)
     (scaled by the seasonal-naive in-sample error, `data.season`), sMAPE and CRPS (the weighted quantile loss)."""
     from hf_seq import forecasting
 
-    nll, points, medians, paths = 0.0, 0, [], []
+    nll, points, paths = 0.0, 0, []
     collate, size, was_training = SeriesCollator(), recipe.training.batch_size, model.training
     model.eval()
     for start in range(0, len(encoded), size):
@@ -207,16 +207,13 @@ def _score_series(task, recipe, model, tokenizer, encoded, rows, device, prefix)
                 horizon = batch["future_values"].shape[1]
                 drawn = model.generate(past_values=batch["past_values"], prediction_length=horizon).sequences.cpu()
                 paths.append(drawn.double().numpy())
-                medians.append(drawn.median(1).values.double().numpy())
     model.train(was_training)
     metrics = {f"{prefix}_loss": nll / max(points, 1), f"{prefix}_points": points}
     if rows is not None:
         actual = np.array(encoded["future_values"], dtype=np.float64)
-        forecast, samples = np.concatenate(medians), np.concatenate(paths)
         history = [np.array(h, dtype=np.float64) for h in encoded["history"]]
-        metrics[f"{prefix}_mase"] = forecasting.mase(forecast, actual, history, recipe.data.season)
-        metrics[f"{prefix}_smape"] = forecasting.smape(forecast, actual)
-        metrics[f"{prefix}_crps"] = forecasting.crps_from_samples(samples, actual)
+        scored = forecasting.score_samples(np.concatenate(paths), actual, history, recipe.data.season)
+        metrics |= {f"{prefix}_{k}": v for k, v in scored.items()}
     return metrics
 
 

@@ -473,3 +473,105 @@ def alignment_figure(model, tokenizer, source: str, recipe, path: Path, title: s
         path,
         title=title,
     )
+
+
+def plot_forecasts(records: list[dict], window: dict, path: Path, title: str) -> None:
+    """One panel per member: the history before the first test window, the truth over it, and the member's median
+    forecast with its 80% interval (the 10% and 90% quantiles of its sample paths)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history, future = window["history"], window["future"]
+    past_x, future_x = range(-len(history), 0), range(len(future))
+    columns = min(3, len(records))
+    rows = -(-len(records) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), sharex=True, squeeze=False)
+    for ax, record in zip(axes.flat, records):
+        forecast = record["forecast"]
+        ax.plot(past_x, history, color="0.4", lw=1)
+        ax.plot(future_x, future, color="black", lw=1.2, label="truth")
+        ax.fill_between(future_x, forecast["low"], forecast["high"], alpha=0.3, label="80% interval")
+        ax.plot(future_x, forecast["median"], lw=1.5, label="median")
+        ax.set_title(f"{record['title']}: MASE {record['test_mase']:.2f}", fontsize=9)
+        ax.axvline(0, color="0.7", lw=0.8)
+    for ax in list(axes.flat)[len(records) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"The first test window: {title}", fontsize=10)
+    fig.supxlabel("steps from the forecast origin")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
+    """lineage.md of the forecasting lineage: per size, every member's test MASE, sMAPE, CRPS and NLL per value,
+    each against the seasonal-naive benchmark, and where the classical members beat the networks."""
+    records = result["members"]
+    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
+    lines = [
+        "# The forecasting lineage: naive, seasonal naive, AR(p), window MLP, LSTM, WaveNet, GPT, Mamba",
+        "",
+        f"Series `{result['corpus']}` ({result['series']} series; {result['test_windows']} test window(s) of "
+        f"{result['prediction_length']} values, validation the {result['prediction_length']} before), forecast from "
+        f"the last {result['context_length']} values with lags {result['lags']}; season {result['season']}. Budget: "
+        f"{result['budget']}. Width {result['width']}, non-embedding parameters matched per size; the weights kept "
+        f"are the evaluation with the lowest validation NLL. Tuning: {result['tuning']}. Seeds: {result['seeds']}. "
+        f"Machine: {result['machine']}.",
+        "",
+        "Ranked by **test MASE** (mean absolute error of the median forecast over the seasonal-naive method's "
+        "in-sample error; below 1 beats that benchmark in sample). CRPS is the mean weighted quantile loss of the "
+        "sample paths (GluonTS's and the Monash archive's figure); the NLL per value is the predicted density's "
+        "(for the classical members, a normal with their sample paths' mean and spread). All from "
+        "`hf_seq.forecasting.score_samples`, as `hf-seq evaluate` reports them.",
+        "",
+    ]
+    header = (
+        "| member | params | steps | lr | dropout | test MASE | vs seasonal naive | sMAPE | CRPS | NLL / value | "
+        "validation MASE | seconds |"
+    )
+    reference = {r["target"]: r["test_mase"] for r in records if r["name"] == "seasonal_naive" and r["seed"] == 0}
+
+    def row(r: dict) -> str:
+        seed = "" if result["seeds"] == 1 else f" (seed {r['seed']})"
+        base = reference.get(r["target"])
+        versus = "n/a" if not base else f"{r['test_mase'] / base - 1:+.0%}"
+        return (
+            f"| {r['title']}{seed} | {fmt(r['params'], ',')} | {fmt(r['steps'], ',')} | "
+            f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {r['test_mase']:.3f} | {versus} | "
+            f"{r['test_smape']:.2f} | {r['test_crps']:.4f} | {r['test_loss']:.3f} | {r['validation_mase']:.3f} | "
+            f"{r['seconds']:.0f} |"
+        )
+
+    lines += size_sections(result, header, row, order)
+    lines += classics_lines(result)
+    lines += ["![Forecasts on the first test window](forecasts.png)", ""]
+    (output_dir / "lineage.md").write_text("\n".join(lines))
+
+
+def classics_lines(result: dict) -> list[str]:
+    """Where the classical members beat the networks, and where the best network beats the classics, per size."""
+    lines = []
+    for target in result["sizes"]:
+        rows = [r for r in summarize(result["members"], "test_mase") if r["target"] == target]
+        classics = [r for r in rows if r["name"] in ("naive", "seasonal_naive", "ar")]
+        networks = [r for r in rows if r not in classics]
+        if not classics or not networks:
+            continue
+        best_classic = min(classics, key=lambda r: r["mean"])
+        best_network = min(networks, key=lambda r: r["mean"])
+        beaten = [r["name"] for r in networks if r["mean"] > best_classic["mean"]]
+        at = "" if len(result["sizes"]) == 1 else f" at {_at_size(target)}"
+        if beaten:
+            lines.append(
+                f"- **Where the classics win{at}:** {best_classic['title']} ({best_classic['mean']:.3f}) is ahead of "
+                f"{', '.join(beaten)}."
+            )
+        gain = 1 - best_network["mean"] / best_classic["mean"]
+        lines.append(
+            f"- The best network{at}, {best_network['title']} ({best_network['mean']:.3f}), is "
+            f"{abs(gain):.0%} {'below' if gain > 0 else 'above'} the best classical member's MASE."
+        )
+    return (["## The classics against the networks", "", *lines, ""]) if lines else []

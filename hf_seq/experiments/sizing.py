@@ -124,7 +124,11 @@ def choose(fit: dict, pilots: list[Pilot], budget: dict, candidates: int = 25, s
     high = max(p.non_embedding for p in pilots) * CHOICE_RANGE[1]
     grid = [low * (high / low) ** (i / (candidates - 1)) for i in range(candidates)]
     best = min(grid, key=lambda n: predict(fit, n, tokens(n)))
-    return {"non_embedding_params": round(best), "tokens": tokens(best), "predicted_eval_loss": predict(fit, best, tokens(best))}
+    return {
+        "non_embedding_params": round(best),
+        "tokens": tokens(best),
+        "predicted_eval_loss": predict(fit, best, tokens(best)),
+    }
 
 
 def fit_points(pilots: list[Pilot]) -> list[tuple[float, float, float]]:

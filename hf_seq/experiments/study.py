@@ -124,6 +124,12 @@ class StudyData:
     eval_examples: int  # the validation examples the runs' periodic evaluations score
     names: dict  # how the reports name the validation and test splits
 
+    @property
+    def vocab_size(self) -> int:
+        """The shared tokenizer's vocabulary; 1 for a study of real values (no tokenizer, no vocabulary)."""
+        tokenizer = self.prepared.tokenizer
+        return len(tokenizer) if tokenizer is not None else 1
+
 
 @dataclass
 class Plan:
@@ -271,7 +277,7 @@ class Study:
         budget = budget_text(given, s.budget_tokens, self.budget_unit)
         metric = self.metric(data)
         result = {"task": self.name, "corpus": data.corpus_name, "quick": options.quick} | data.names
-        result |= {"vocab_size": len(data.prepared.tokenizer), "width": s.width, "train_tokens": data.train_tokens}
+        result |= {"vocab_size": data.vocab_size, "width": s.width, "train_tokens": data.train_tokens}
         result |= self.describe(data, s, records)
         result |= {
             "budget": budget,
@@ -405,11 +411,11 @@ class StudyRun:
         return trials, chosen
 
     def build(self, row: Member, size: int, device: str = "meta"):
-        return build(row, self.s, size, len(self.data.prepared.tokenizer), self.study.auto_class, device)
+        return build(row, self.s, size, self.data.vocab_size, self.study.auto_class, device)
 
     def plan(self, row: Member, target: int) -> Plan:
         """The member's size parameter, shapes (on the meta device), FLOPs per token and steps under the budget."""
-        vocab_size = len(self.data.prepared.tokenizer)
+        vocab_size = self.data.vocab_size
         size = matched_size_of(row, self.s, vocab_size, self.study.auto_class, target, self.study.size_limit)
         shapes = self.build(row, size)
         params, non_embedding = count_parameters(shapes)
@@ -441,7 +447,8 @@ class StudyRun:
         tree = json.loads(json.dumps(data.recipe.to_dict()))  # the shared recipe, without its test split
         tree["data"].pop("test", None)
         tree["data"]["eval_examples"] = data.eval_examples
-        tree["tokenizer"]["path"] = str(data.tokenizer_dir)
+        if data.tokenizer_dir is not None:  # a study of real values has no tokenizer
+            tree["tokenizer"]["path"] = str(data.tokenizer_dir)
         tree |= {"family": row.family, "model": row.model_keys(s, plan.size, settings["dropout"])}
         tree["training"] |= {"output_dir": str(folder), "log_with": "none", "max_steps": steps, "max_seconds": seconds}
         tree["training"] |= {"threads": self.options.threads, "seed": seed, "batch_size": s.batch_size}
@@ -595,7 +602,7 @@ def plan_steps(
 
 
 def seconds_per_step(model, batch: dict, repeats: int = 3) -> float:
-    """A member's training step, timed: forward, backward and an AdamW step on `batch` (input_ids and labels), the
+    """A member's training step, timed: forward, backward and an AdamW step on `batch` (its model's inputs), the
     median of `repeats` steps after one to warm up."""
     import time
 

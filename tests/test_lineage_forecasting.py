@@ -1,0 +1,67 @@
+"""`hf-seq lineage --task time_series`: the classical forecasts and every network with a forecasting head on one
+split, scored by the one function `hf-seq evaluate` uses too."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hf_seq.experiments import lineage_forecasting
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("forecasting")
+    return out, lineage_forecasting.run(quick=True, output_dir=out, progress=False)
+
+
+def test_quick_run_scores_every_member_on_the_same_windows(quick):
+    out, result = quick
+    names = [r["name"] for r in result["members"]]
+    assert names == list(lineage_forecasting.MEMBERS)
+    for record in result["members"]:
+        for key in ("test_mase", "test_smape", "test_crps", "test_loss", "validation_mase"):
+            assert math.isfinite(record[key]), (record["name"], key)
+        assert len(record["forecast"]["median"]) == result["prediction_length"] == 8
+    assert json.loads((out / "lineage.json").read_text())["metric"] == "test_mase"
+    report = (out / "lineage.md").read_text()
+    assert "## The classics against the networks" in report and "![Forecasts" in report
+    assert (out / "forecasts.png").stat().st_size > 10_000
+
+
+def test_the_benchmarks_are_the_forecasting_module_s(quick):
+    """The seasonal-naive member's figures are `naive_samples` scored by `score_samples` on the last window."""
+    from hf_seq import forecasting
+    from hf_seq.series import split_series
+
+    _, values = forecasting.co2_weekly()
+    test = split_series([{"id": "co2", "values": values}], prediction_length=8)["test"][0]
+    record = next(r for r in quick[1]["members"] if r["name"] == "seasonal_naive")
+    samples = forecasting.naive_samples(test["history"], 8, 52, num_samples=20, seed=0)
+    expected = forecasting.score_samples(samples[None], test["future"][None], [test["history"]], 52)
+    assert record["test_mase"] == pytest.approx(expected["mase"], rel=1e-12)
+    assert record["test_crps"] == pytest.approx(expected["crps"], rel=1e-12)
+    np.testing.assert_allclose(record["forecast"]["median"], np.quantile(samples, 0.5, axis=0))
+
+
+def test_a_network_member_s_figures_are_hf_seq_evaluate_s(quick):
+    from hf_seq.runs import evaluate_folder
+
+    out, result = quick
+    record = next(r for r in result["members"] if r["name"] == "lstm")
+    again = evaluate_folder(out / "lstm")
+    for key in ("test_mase", "test_crps", "test_loss"):
+        assert again[key] == pytest.approx(record[key], rel=1e-6), key
+
+
+def test_bad_lags_and_a_non_numeric_column_are_one_line(tmp_path):
+    from hf_seq.errors import InvalidValueError
+
+    with pytest.raises(InvalidValueError, match=r"--set lags='1,x': give positive integers"):
+        lineage_forecasting.run(quick=True, output_dir=tmp_path / "a", progress=False, set=("lags=1,x",))
+    csv = tmp_path / "s.csv"
+    csv.write_text("day,value\n" + "".join(f"{i},v{i}\n" for i in range(200)))
+    with pytest.raises(InvalidValueError, match="data.target_column: 'value' holds 'v0' at row 0, not a number"):
+        lineage_forecasting.run(quick=True, output_dir=tmp_path / "b", progress=False, corpus=str(csv),
+                                target_column="value")  # fmt: skip
