@@ -133,6 +133,19 @@ def test_float32_and_float64_agree():
     assert single.item() == pytest.approx(exact.item(), rel=1e-5)
 
 
+def test_sums_over_states_stay_in_float32_under_bfloat16_autocast():
+    """Mixed-precision training runs the matrix products in bf16 (8 bits of mantissa); the sums over states are kept
+    in float32, so the logits move by float32 rounding, not by bf16's (about 1e-2 here)."""
+    model = small_model(seed=15, num_states=32, vocab_size=200).float()
+    ids = torch.randint(0, 200, (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(ids).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = model(ids).logits
+    assert mixed.dtype == torch.float32
+    torch.testing.assert_close(mixed, expected, rtol=0, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------ Baum-Welch
 def test_gradient_of_the_likelihood_is_baum_welchs_expected_counts():
     """d log p(x) / d log B_j(v) = sum_t gamma_t(j) [x_t = v], the counts Baum-Welch divides to re-estimate B, with
