@@ -78,14 +78,14 @@ class HMMState(CarriedState):
     holds: ClassVar[str] = "a hidden Markov model keeps a distribution over its states, not keys and values"
 
 
-def log_matmul(log_x: torch.Tensor, log_m: torch.Tensor) -> torch.Tensor:
-    """log sum_i exp(log_x[..., i] + log_m[i, j]), as m + log(exp(log_x - m) @ exp(log_m)) with m = max_i log_x[i]:
-    exp(log_m) holds probabilities, exp(log_x - m) <= 1. In float32 at least, whatever the autocast: a bf16 product
-    would lose the small probabilities."""
+def log_matmul(log_x: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """log sum_i exp(log_x[..., i] + log probs[i, j]), as m + log(exp(log_x - m) @ probs) with m = max_i log_x[i], so
+    that exp(log_x - m) <= 1. In float32 at least, whatever the autocast: a bf16 product would lose the small
+    probabilities."""
     shift = log_x.amax(-1, keepdim=True)
-    dtype = torch.promote_types(torch.promote_types(log_x.dtype, log_m.dtype), torch.float32)
+    dtype = torch.promote_types(torch.promote_types(log_x.dtype, probs.dtype), torch.float32)
     with torch.autocast(log_x.device.type, enabled=False):
-        product = torch.exp(log_x - shift).to(dtype) @ torch.exp(log_m).to(dtype)
+        product = torch.exp(log_x - shift).to(dtype) @ probs.to(dtype)
     return shift + torch.log(product.clamp_min(torch.finfo(product.dtype).tiny))
 
 
@@ -103,12 +103,12 @@ class HMMForwardFilter(GradientCheckpointingLayer):
     def forward(self, emissions: torch.Tensor, belief: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """`emissions` (B, T, S): log B_j(x_t); `belief` (B, S): h before the first of them; `mask` (B, T): 1 on
         real tokens (None: all). Returns h_t at every position (B, T, S)."""
-        log_a = torch.log_softmax(self.transition_logits, -1)
+        a = torch.softmax(self.transition_logits, -1)  # once per call, not once per token
         beliefs = []
         for t in range(emissions.shape[1]):
             joint = belief + emissions[:, t]  # log p(z_t, x_t | x_{<t})
             filtered = joint - joint.logsumexp(-1, keepdim=True)  # f_t = log p(z_t | x_{<=t})
-            step = log_matmul(filtered, log_a)  # h_t = log p(z_{t+1} | x_{<=t})
+            step = log_matmul(filtered, a)  # h_t = log p(z_{t+1} | x_{<=t})
             belief = step if mask is None else torch.where(mask[:, t, None] > 0, step, belief)
             beliefs.append(belief)
         return torch.stack(beliefs, 1)
@@ -139,9 +139,9 @@ class HMMModel(HMMPreTrainedModel):
         self.chain = HMMForwardFilter(config)
         self.post_init()
 
-    def log_emissions(self) -> torch.Tensor:
-        """log B^T (V, S): each state's distribution over the vocabulary, a column."""
-        return torch.log_softmax(self.embed_tokens.weight, 0)
+    def emission_probabilities(self) -> torch.Tensor:
+        """B (S, V): each state's distribution over the vocabulary, a row."""
+        return torch.softmax(self.embed_tokens.weight, 0).t()
 
     @can_return_tuple
     def forward(
@@ -194,7 +194,7 @@ class HMMForCausalLM(StatefulCausalLMHead, HMMPreTrainedModel, CheckedGeneration
         self.model.embed_tokens = new_embeddings
 
     def head_logits(self, outputs, keep) -> torch.Tensor:
-        return log_matmul(outputs.last_hidden_state[:, keep, :], self.model.log_emissions().t())  # (B, T, V)
+        return log_matmul(outputs.last_hidden_state[:, keep, :], self.model.emission_probabilities())  # (B, T, V)
 
 
 __all__ = ["HMMState", "HMMPreTrainedModel", "HMMModel", "HMMForCausalLM"]
