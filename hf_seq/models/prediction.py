@@ -27,7 +27,12 @@ step's lag, the backbone's state (or key/value cache) carried between steps. Mis
 
 Config keys (plain attributes of the family's config, filled in and checked by `check_prediction_config`):
 `prediction_length` (required), `context_length` (default `prediction_length`), `lags_sequence` (default 1-7),
-`scaling` ("mean", "std" or "none"), `distribution_output` ("student_t" or "normal"), `num_parallel_samples` (100).
+`scaling` ("std", "mean" or "none"), `distribution_output` ("student_t" or "normal"), `num_parallel_samples` (100).
+
+`scaling` defaults to "std" (standardise by the context's mean and deviation), not DeepAR's "mean" (divide by the
+mean |y|): a series far from 0 compared with its swings (CO2 at 315-370 ppm, moving a few ppm a year) reads as
+values near 1 under mean scaling, and the same LSTM (the `lstm-co2` recipe, 300 steps) forecast its test year with
+MASE 1.18 that way against 0.22 standardised (measured on 2 CPU cores, 2026-11-28).
 """
 
 from dataclasses import dataclass
@@ -46,7 +51,7 @@ PREDICTION_DEFAULTS = {
     "prediction_length": None,
     "context_length": None,
     "lags_sequence": [1, 2, 3, 4, 5, 6, 7],
-    "scaling": "mean",
+    "scaling": "std",
     "distribution_output": "student_t",
     "num_parallel_samples": 100,
 }
