@@ -133,6 +133,16 @@ def test_float32_and_float64_agree():
     assert single.item() == pytest.approx(exact.item(), rel=1e-5)
 
 
+def test_one_state_is_a_unigram_model():
+    """With S = 1 nothing is remembered: every position predicts the one state's emissions B_1."""
+    model = small_model(seed=16, num_states=1, vocab_size=12)
+    ids = torch.randint(0, 12, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(ids).logits
+    unigram = torch.log_softmax(model.model.embed_tokens.weight[:, 0], 0)
+    torch.testing.assert_close(logits, unigram.expand_as(logits))
+
+
 def test_sums_over_states_stay_in_float32_under_bfloat16_autocast():
     """Mixed-precision training runs the matrix products in bf16 (8 bits of mantissa); the sums over states are kept
     in float32, so the logits move by float32 rounding, not by bf16's (about 1e-2 here)."""
