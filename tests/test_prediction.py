@@ -121,7 +121,7 @@ def test_missing_values_are_left_out_of_the_scale_the_loss_and_the_inputs():
     assert torch.isfinite(model.generate(past_values=holed).sequences).all()
 
 
-@pytest.mark.parametrize("name", ["gpt", "mamba"])
+@pytest.mark.parametrize("name", list(TINY))
 def test_save_load_round_trip_is_exact(tmp_path, name):
     model = make(name)
     model.save_pretrained(tmp_path)
@@ -136,9 +136,10 @@ def test_save_load_round_trip_is_exact(tmp_path, name):
     )
 
 
-def test_remote_code_load_in_a_fresh_process(tmp_path):
+@pytest.mark.parametrize("name", ["rnn-lstm", "window", "conv", "gpt", "mamba"])
+def test_remote_code_load_in_a_fresh_process(tmp_path, name):
     """The folder forecasts where hf_seq cannot be imported, with the same paths for the same seed."""
-    model = make("rnn-lstm")
+    model = make(name)
     model.save_pretrained(tmp_path / "model")
     past = series()
     torch.manual_seed(0)
