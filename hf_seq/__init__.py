@@ -10,6 +10,7 @@ from .registry import FAMILIES, after_import, register_lazily
 _ELSEWHERE = {
     "BahdanauState": "modeling_bahdanau",
     "ConvState": "modeling_conv",
+    "HMMState": "modeling_hmm",
     "RecurrentState": "state",
     "SSMState": "state",
     "WindowState": "modeling_window",

@@ -37,6 +37,7 @@ TINY = {
     "hf_seq_window": dict(context_size=3, embedding_size=8, hidden_size=8),
     "hf_seq_conv": dict(hidden_size=8, dilation_cycle=2, num_blocks=1, skip_channels=8),
     "hf_seq_ssm": dict(hidden_size=8, num_hidden_layers=1, ssm_type="mamba", state_size=4),
+    "hf_seq_hmm": dict(num_states=8),
 }
 
 

@@ -307,7 +307,7 @@ def test_a_seconds_budget_turns_dropout_on_when_the_measured_speed_passes_an_epo
     assert plan_steps({"tokens": 200_000}, 0, 1, 100, 50_000, never) == (2000, True)
     s = lineage.LINEAGE.settings_for(quick=True)
     data = types.SimpleNamespace(
-        prepared=types.SimpleNamespace(tokenizer=range(320)), tokens_per_step=s.batch_size * s.block_size,
+        prepared=types.SimpleNamespace(tokenizer=range(320)), vocab_size=320, tokens_per_step=s.batch_size * s.block_size,
         train_tokens=10_000,
     )  # fmt: skip
     long, short = (
