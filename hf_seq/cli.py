@@ -124,13 +124,16 @@ def recipe_parameters(recipe) -> int:
     from hf_seq.runs import build_config
     from hf_seq.tasks import TASKS
 
-    config = build_config(recipe, _PlannedVocabulary(recipe.tokenizer.vocab_size))
+    vocabulary = None if TASKS[recipe.task].series else _PlannedVocabulary(recipe.tokenizer.vocab_size)
+    config = build_config(recipe, vocabulary)  # a model of real values has no tokenizer
     with torch.device("meta"):
         model = family(recipe.family).model_class(TASKS[recipe.task].auto_class)(config)
     return sum(p.numel() for p in model.parameters())
 
 
 def _count(n: int) -> str:
+    if n < 100_000:
+        return f"{n / 1e3:.0f}k"
     return f"{n / 1e6:.1f}M" if n < 10_000_000 else f"{n / 1e6:.0f}M"
 
 
