@@ -514,8 +514,8 @@ def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
     lines = [
         "# The forecasting lineage: naive, seasonal naive, AR(p), window MLP, LSTM, WaveNet, GPT, Mamba",
         "",
-        f"Series `{result['corpus']}` ({result['series']} series; {result['test_windows']} test window(s) of "
-        f"{result['prediction_length']} values, validation the {result['prediction_length']} before), forecast from "
+        f"Series `{result['corpus']}` ({result['series']} series; {result['test_windows']} test "
+        f"window{'s' if result['test_windows'] != 1 else ''} of {result['prediction_length']} values, validation the {result['prediction_length']} before), forecast from "
         f"the last {result['context_length']} values with lags {result['lags']}; season {result['season']}. Budget: "
         f"{result['budget']}. Width {result['width']}, non-embedding parameters matched per size; the weights kept "
         f"are the evaluation with the lowest validation NLL. Tuning: {result['tuning']}. Seeds: {result['seeds']}. "
@@ -529,20 +529,22 @@ def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
         "",
     ]
     header = (
-        "| member | params | steps | lr | dropout | test MASE | vs seasonal naive | sMAPE | CRPS | NLL / value | "
-        "validation MASE | seconds |"
+        "| member | params | steps | lr | dropout | test MASE | vs seasonal naive | CRPS | vs seasonal naive | sMAPE | "
+        "NLL / value | validation MASE | seconds |"
     )
-    reference = {r["target"]: r["test_mase"] for r in records if r["name"] == "seasonal_naive" and r["seed"] == 0}
+    reference = {r["target"]: r for r in records if r["name"] == "seasonal_naive" and r["seed"] == 0}
+
+    def versus(r: dict, key: str) -> str:
+        base = reference.get(r["target"])
+        return "n/a" if not base or not base[key] else f"{r[key] / base[key] - 1:+.0%}"
 
     def row(r: dict) -> str:
         seed = "" if result["seeds"] == 1 else f" (seed {r['seed']})"
-        base = reference.get(r["target"])
-        versus = "n/a" if not base else f"{r['test_mase'] / base - 1:+.0%}"
         return (
             f"| {r['title']}{seed} | {fmt(r['params'], ',')} | {fmt(r['steps'], ',')} | "
-            f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {r['test_mase']:.3f} | {versus} | "
-            f"{r['test_smape']:.2f} | {r['test_crps']:.4f} | {r['test_loss']:.3f} | {r['validation_mase']:.3f} | "
-            f"{r['seconds']:.0f} |"
+            f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {r['test_mase']:.3f} | "
+            f"{versus(r, 'test_mase')} | {r['test_crps']:.4f} | {versus(r, 'test_crps')} | {r['test_smape']:.2f} | "
+            f"{r['test_loss']:.3f} | {r['validation_mase']:.3f} | {r['seconds']:.0f} |"
         )
 
     lines += size_sections(result, header, row, order)
