@@ -65,3 +65,19 @@ def test_bad_lags_and_a_non_numeric_column_are_one_line(tmp_path):
     with pytest.raises(InvalidValueError, match="data.target_column: 'value' holds 'v0' at row 0, not a number"):
         lineage_forecasting.run(quick=True, output_dir=tmp_path / "b", progress=False, corpus=str(csv),
                                 target_column="value")  # fmt: skip
+
+
+def test_a_member_too_large_to_match_the_target_is_named(capsys):
+    """WaveNet at 6 layers of width 32 passes the 20k target at one skip channel: the plan says so, naming the knob."""
+    import types
+    from pathlib import Path
+
+    from hf_seq.experiments.study import Options, StudyRun
+
+    study = lineage_forecasting.LINEAGE
+    data = types.SimpleNamespace(vocab_size=1, tokens_per_step=100, train_tokens=10_000)
+    for layers, warned in ((6, True), (3, False)):
+        s = study.settings_for(False, (f"conv.layers={layers}",))
+        StudyRun(study, s, data, {"tokens": 10**6}, Options(), Path("."), print).plan(study.row("conv"), 20_000)
+        said = capsys.readouterr().out
+        assert ("above the target 20,000" in said and "lower conv.layers with --set" in said) == warned, said

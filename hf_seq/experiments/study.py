@@ -30,6 +30,7 @@ from hf_seq.experiments import sizing
 
 TUNE_FRACTION = 0.25  # a tuning trial trains on this share of the member's budget
 AUTO = "auto"  # --sizes auto: each member at the size its pilots' fit predicts best for the budget (sizing.py)
+OVERSIZE = 1.25  # a member whose smallest size passes the target by more than this is said to be unmatched
 EPOCH_FOR_DROPOUT = 1.0  # past this many epochs of the training text, dropout is on by default
 DROPOUT_PAST_AN_EPOCH = 0.1
 
@@ -419,6 +420,11 @@ class StudyRun:
         size = matched_size_of(row, self.s, vocab_size, self.study.auto_class, target, self.study.size_limit)
         shapes = self.build(row, size)
         params, non_embedding = count_parameters(shapes)
+        if size == 1 and non_embedding > OVERSIZE * target:  # its knobs alone pass the target: it cannot be matched
+            knobs = ", ".join(f"{row.name}.{k}" for k in self.s.knobs.get(row.name, {})) or "the width"
+            self.say(f"lineage: warning: {row.name} has {non_embedding:,} non-embedding parameters at its smallest "
+                     f"size, {non_embedding / target - 1:.0%} above the target {target:,}: it is not matched to the "
+                     f"others; lower {knobs} with --set")  # fmt: skip
         flops = self.study.flops(shapes, self.data, self.s)
 
         timed = []
