@@ -359,7 +359,8 @@ def cmd_lineage(args) -> None:
     width = max([7, *(len(row["name"]) for row in result["summary"])])
     for row in sorted(result["summary"], key=lambda r: (r["target"], best_first * r["mean"])):
         spread = f" [{row['min']:.4f}-{row['max']:.4f}]" if row["seeds"] > 1 else ""
-        print(f"{row['target']:>10,} {row['name']:>{width}}: {row['mean']:.4f}{spread} {metric.replace('_', ' ')}")
+        size = f"{row['target']:>10,}" if isinstance(row["target"], int) else f"{row['target']:>10}"  # or "auto"
+        print(f"{size} {row['name']:>{width}}: {row['mean']:.4f}{spread} {metric.replace('_', ' ')}")
     print(f"{study.files} in {args.output_dir}/")
 
 

@@ -81,3 +81,19 @@ def test_a_member_too_large_to_match_the_target_is_named(capsys):
         StudyRun(study, s, data, {"tokens": 10**6}, Options(), Path("."), print).plan(study.row("conv"), 20_000)
         said = capsys.readouterr().out
         assert ("above the target 20,000" in said and "lower conv.layers with --set" in said) == warned, said
+
+
+def test_the_command_sizes_forecasters_by_a_seconds_budget(tmp_path):
+    """`--budget-seconds` sizes the networks from pilots (--sizes auto) and the command prints the ranking."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "hf_seq.cli", "lineage", "--task", "time_series", "--quick", "--budget-seconds",
+               "6", "--members", "seasonal_naive,window", "--output-dir", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "window pilot at" in done.stdout
+    assert any(line.split()[:2] == ["auto", "window:"] for line in done.stdout.splitlines()), done.stdout[-800:]
+    result = json.loads((tmp_path / "lineage.json").read_text())
+    window = next(r for r in result["members"] if r["name"] == "window")
+    assert result["sizes"] == ["auto"] and len(window["sizing"]["pilots"]) == 3
