@@ -66,6 +66,8 @@ TOOLS = {
     "hf_seq.experiments.sizing": "Sizes chosen by the budget: pilots and the loss surface (--sizes auto)",
     "hf_seq.models.losses": "The fused language-model loss (config.fused_loss)",
     "hf_seq.models.prediction": "Forecasting heads: lagged values in, a distribution over the next value out",
+    "hf_seq.forecasting": "Forecasting metrics, the classical benchmarks, AR(p) and the CO2 series",
+    "hf_seq.series": "Series for the time_series task: reading, splits in time, training windows",
     "hf_seq.tokenization": "Tokenizers",
     "hf_seq.evaluation": "Evaluation",
     "hf_seq.convert": "Conversion to and from transformers",

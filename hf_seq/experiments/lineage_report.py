@@ -494,12 +494,12 @@ def plot_forecasts(records: list[dict], window: dict, path: Path, title: str) ->
         ax.plot(future_x, future, color="black", lw=1.2, label="truth")
         ax.fill_between(future_x, forecast["low"], forecast["high"], alpha=0.3, label="80% interval")
         ax.plot(future_x, forecast["median"], lw=1.5, label="median")
-        ax.set_title(f"{record['title']}: MASE {record['test_mase']:.2f}", fontsize=9)
+        ax.set_title(f"{record['title']}: test MASE {record['test_mase']:.2f}", fontsize=9)
         ax.axvline(0, color="0.7", lw=0.8)
     for ax in list(axes.flat)[len(records) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"The first test window: {title}", fontsize=10)
+    fig.suptitle(f"The first test window (MASE: over every test window): {title}", fontsize=10)
     fig.supxlabel("steps from the forecast origin")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -539,7 +539,7 @@ def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
         return "n/a" if not base or not base[key] else f"{r[key] / base[key] - 1:+.0%}"
 
     def row(r: dict) -> str:
-        seed = "" if result["seeds"] == 1 else f" (seed {r['seed']})"
+        seed = "" if result["seeds"] == 1 or r["family"] is None else f" (seed {r['seed']})"  # a fit has no seeds
         return (
             f"| {r['title']}{seed} | {fmt(r['params'], ',')} | {fmt(r['steps'], ',')} | "
             f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {r['test_mase']:.3f} | "
