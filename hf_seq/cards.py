@@ -72,10 +72,18 @@ def template() -> str:
 def describe_architecture(config) -> str:
     fam = get_family(config.model_type)
     summary = " ".join((fam.config_class.__doc__ or fam.config).strip().split("\n\n")[0].split())
+    forecaster = getattr(config, "prediction_length", None) is not None
+    if forecaster:
+        summary = (
+            "A forecaster: the backbone below reads lagged values of a series in place of token embeddings and predicts "
+            f"a {config.distribution_output.replace('_', '-')} distribution for each next value (DeepAR's recipe; "
+            "models/prediction.py). The backbone: " + summary
+        )
+    keys = ("prediction_length", "context_length", "lags_sequence", "scaling", "distribution_output")
     shape = {
         k: getattr(config, k)
         for k in (
-            "vocab_size",
+            *(keys if forecaster else ("vocab_size",)),
             "hidden_size",
             "num_hidden_layers",
             "num_attention_heads",
@@ -86,7 +94,7 @@ def describe_architecture(config) -> str:
             "position_embedding_type",
             "norm_position",
             "hidden_act",
-            "tie_word_embeddings",
+            *(() if forecaster else ("tie_word_embeddings",)),  # a forecaster has no output embedding to tie
         )
         if getattr(config, k, None) is not None
     }
@@ -243,7 +251,8 @@ def describe_evaluation(metrics: dict | None, measured: dict) -> str:
     if metrics.get("steps"):
         extra = (
             f"\n\nMeasured by the training run on its held-out split after {metrics['steps']} steps "
-            f"({metrics.get('tokens', 0):,} training tokens, {metrics.get('seconds', 0):.0f} s)."
+            f"({metrics.get('tokens', 0):,} training {'values' if 'eval_points' in metrics else 'tokens'}, "
+            f"{metrics.get('seconds', 0):.0f} s)."
         )
         if metrics.get("distributed_type"):
             extra += " " + describe_distributed(metrics)

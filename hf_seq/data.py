@@ -637,4 +637,5 @@ DATA_DESCRIPTIONS = {
     "dates": "the synthetic date-format conversion task of `hf_seq.data`",
     "parentheses": "the synthetic balanced colored-parentheses task of `hf_seq.data`",
     "python-tokens": "Python tokens of the standard library sources tagged by the `tokenize` module",
+    "co2": "the weekly mean CO2 concentration at Mauna Loa, 1958-2001 (Scripps; public domain), shipped in hf-seq",
 }

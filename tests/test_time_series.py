@@ -91,7 +91,9 @@ def test_hf_seq_train_and_evaluate_agree_on_a_csv_of_two_series(tmp_path):
         assert again[key] == pytest.approx(summary[key], rel=1e-6), key
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["prediction_length"] == 6 and saved["architectures"] == ["GPTForPrediction"]
-    assert "NLL per value" in (tmp_path / "run" / "README.md").read_text()
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "NLL per value" in card and "A forecaster:" in card and "training values" in card
+    assert "| `prediction_length` | `6` |" in card and "AutoModelForTimeSeriesPrediction" in card
 
 
 @pytest.mark.parametrize(
