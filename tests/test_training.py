@@ -55,7 +55,10 @@ def write_recipe(tmp_path, recipe, name="recipe.yaml"):
         (["training.scheduler=exponential"], r"allowed values: \['cosine'"),
         (["model.hidden_sise=64"], r"model.hidden_sise"),
         (["model.position_embedding_type=absolute"], r"allowed values: \['learned'"),
-        (["task=masked_lm"], r"family 'hf_seq_gpt' cannot do task 'masked_lm'; it can do: \['causal_lm'\]"),
+        (
+            ["task=masked_lm"],
+            r"family 'hf_seq_gpt' cannot do task 'masked_lm'; it can do: \['causal_lm', 'time_series'\]",
+        ),
         (["family=lstm-ish"], r"unknown hf-seq family 'lstm-ish'"),
         (["training.batch_size=10", "training.gradient_accumulation_steps=4"], "divisible"),
         (["training.max_steps"], "key=value"),
