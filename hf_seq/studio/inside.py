@@ -1,0 +1,547 @@
+"""What the models hold inside on one text: recurrent states and gates, attention weights, alignments, and the
+state-space models' step sizes, kernels and scans. Each view is a pure function `(loaded, text, settings) -> dict`
+of numpy arrays, token strings and floats (views.py's convention, so `to_csv` writes it); `figure_<view>(result)`
+draws one with matplotlib.
+
+Everything is read from the models' weights, outputs and forward hooks: no modeling file is changed. The fused
+recurrent kernels return no gates, so `recurrent_state` recomputes them from the top layer's weights and the states
+the model returns (recurrent.py's equations); the attention views switch a model to the eager kernel for the call,
+since the fused ones form no weights.
+
+Shapes in the dicts: T tokens (S source, U target), H units or channels, L layers, A heads, N state size.
+"""
+
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch.nn import functional as F
+
+from hf_seq.models.scan import s4d_convolution, s4d_kernel, s4d_step
+from hf_seq.models.utils import cache_of
+from hf_seq.studio.views import MAX_TOKENS, Loaded, encode
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().float().cpu().numpy()
+
+
+def _batch(loaded: Loaded, ids: list[int]) -> torch.Tensor:
+    return torch.tensor([ids], dtype=torch.long, device=loaded.model.device)
+
+
+def _labels(tokenizer, ids) -> list[str]:
+    return [tokenizer.decode([int(i)]) for i in ids]
+
+
+def _check_kind(loaded: Loaded, view: str, kinds: tuple[str, ...]) -> None:
+    if loaded.kind not in kinds:
+        raise ValueError(f"{view}: {loaded.name} is a {loaded.kind!r} model; this view reads {', '.join(kinds)}.")
+
+
+def _ids(loaded: Loaded, text: str) -> list[int]:
+    """The text's ids; BERT reads `[CLS] text [SEP]`, as it was trained."""
+    if loaded.kind == "bert":
+        return loaded.tokenizer(text)["input_ids"][:MAX_TOKENS]
+    ids, _ = encode(loaded, text)
+    if not ids:
+        raise ValueError(f"{loaded.name}: the text has no tokens.")
+    return ids
+
+
+@contextmanager
+def _eager(model):
+    """The eager attention kernel for the duration (the fused kernels form no weights to return)."""
+    kernel = model.config._attn_implementation
+    if kernel not in (None, "eager"):
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if kernel not in (None, "eager"):
+            model.set_attn_implementation(kernel)
+
+
+def _start_token(config) -> int:
+    return config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
+
+
+def _figure(width: float, height: float) -> Figure:
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _printable(label: str) -> str:
+    """A token as a tick label: newlines, tabs and control bytes spelled out (`\\n`), which no font draws."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in label)
+
+
+def _ticks(labels) -> list[str]:
+    return [_printable(label) for label in labels]
+
+
+def _heatmap(axes, matrix, rows=None, columns=None, title="", **kwargs):
+    image = axes.imshow(matrix, aspect="auto", interpolation="nearest", **kwargs)
+    if columns is not None:
+        axes.set_xticks(range(len(columns)), _ticks(columns), rotation=90, fontsize=6)
+    if rows is not None:
+        axes.set_yticks(range(len(rows)), _ticks(rows), fontsize=6)
+    axes.set_title(title, fontsize=8)
+    return image
+
+
+# ---------------------------------------------------------------------------------------------- 4. recurrent state
+def _lstm_gates(rnn, x, h_prev) -> dict:
+    """i, f, o and the candidate g at every step, from the layer's input x (T, I) and h_{t-1} (T, H); nn.LSTM's
+    rows are ordered i, f, g, o."""
+    pre = F.linear(x, rnn.weight_ih_l0, rnn.bias_ih_l0) + F.linear(h_prev, rnn.weight_hh_l0, rnn.bias_hh_l0)
+    i, f, g, o = pre.chunk(4, -1)
+    return {"input_gate": i.sigmoid(), "forget_gate": f.sigmoid(), "output_gate": o.sigmoid(), "candidate": g.tanh()}
+
+
+def _gru_gates(rnn, x, h_prev) -> dict:
+    """r, z and the candidate n; nn.GRU's rows are ordered r, z, n, and r multiplies W_hn h + b_hn (cuDNN's form)."""
+    x_r, x_z, x_n = F.linear(x, rnn.weight_ih_l0, rnn.bias_ih_l0).chunk(3, -1)
+    h_r, h_z, h_n = F.linear(h_prev, rnn.weight_hh_l0, rnn.bias_hh_l0).chunk(3, -1)
+    reset = torch.sigmoid(x_r + h_r)
+    return {"update_gate": torch.sigmoid(x_z + h_z), "reset_gate": reset, "candidate": torch.tanh(x_n + reset * h_n)}
+
+
+def _gated_gates(rnn, x, h_prev) -> dict:
+    """The gated Elman cell's update gate z and ReLU candidate; its rows are [z; candidate]."""
+    size = rnn.hidden_size
+    pre = F.linear(x, rnn.weight_ih_l0, rnn.bias_l0) + F.linear(h_prev, rnn.weight_hh_l0)
+    return {"update_gate": torch.sigmoid(pre[:, :size]), "candidate": torch.relu(pre[:, size:])}
+
+
+_GATES = {"lstm": _lstm_gates, "gru": _gru_gates, "gated": _gated_gates}
+
+
+def _memory_cells(gates: dict) -> torch.Tensor:
+    """The LSTM's c_t = f_t c_{t-1} + i_t g_t from c_0 = 0: (T, H)."""
+    c, cells = torch.zeros_like(gates["candidate"][0]), []
+    for f, i, g in zip(gates["forget_gate"], gates["input_gate"], gates["candidate"]):
+        c = f * c + i * g
+        cells.append(c)
+    return torch.stack(cells)
+
+
+@torch.no_grad()
+def recurrent_state(loaded: Loaded, text: str, unit: int = 0) -> dict:
+    """The top recurrent layer over the text, from a zero state. Returns `tokens`; `hidden` (H, T), its states h_t
+    (units x time; both directions' units, forward first, for a bidirectional model); for the LSTM `cell` (H, T),
+    the memory cells c_t; the gates over the text, each (H, T) in [0, 1] and for the forward direction:
+    `input_gate`, `forget_gate`, `output_gate` (LSTM), `update_gate` z (GRU: h_t = (1 - z) n + z h_{t-1}; gated
+    Elman: h_t = z h_{t-1} + (1 - z) candidate), `reset_gate` (GRU), and `candidate` (H, T), the new content (the
+    LSTM's g, the GRU's n); Elman has none. `unit` and `unit_values` (T,): one unit's h over the tokens.
+    The gates are recomputed from the layer's weights, its input (the layer below's states) and h_{t-1} as the model
+    returned it, with recurrent.py's equations."""
+    _check_kind(loaded, "recurrent_state", ("rnn",))
+    ids = _ids(loaded, text)
+    backbone = loaded.model.base_model
+    outputs = backbone(input_ids=_batch(loaded, ids), output_hidden_states=True, use_cache=False)
+    top, below = outputs.hidden_states[-1][0], outputs.hidden_states[-2][0]  # (T, D*H), (T, I)
+    layer = backbone.rnn.layers[-1]
+    size = backbone.rnn.hidden_size
+    result = {"tokens": _labels(loaded.tokenizer, ids), "hidden": _numpy(top.T)}
+    if layer.cell_type in _GATES:
+        h_prev = torch.cat([top.new_zeros(1, size), top[:-1, :size]])  # h_{t-1}, from h_0 = 0
+        gates = _GATES[layer.cell_type](layer.rnn, below, h_prev)
+        if layer.cell_type == "lstm":
+            result["cell"] = _numpy(_memory_cells(gates).T)
+        result |= {name: _numpy(value.T) for name, value in gates.items()}
+    unit = int(unit) % top.shape[1]
+    return result | {"unit": unit, "unit_values": result["hidden"][unit]}
+
+
+_GATE_NAMES = ("input_gate", "forget_gate", "output_gate", "update_gate", "reset_gate")
+
+
+def figure_recurrent_state(result: dict) -> Figure:
+    """h (and c) as units x time, then each gate, on the tokens."""
+    panels = [name for name in ("hidden", "cell", *_GATE_NAMES) if name in result]
+    tokens = result["tokens"]
+    fig = _figure(max(6.0, 0.25 * len(tokens) + 2), 2.2 * len(panels))
+    for row, name in enumerate(panels):
+        axes = fig.add_subplot(len(panels), 1, row + 1)
+        gate = name.endswith("gate")
+        limits = dict(vmin=0.0, vmax=1.0, cmap="viridis") if gate else dict(vmin=-1.0, vmax=1.0, cmap="RdBu_r")
+        image = _heatmap(axes, result[name], columns=tokens if row == len(panels) - 1 else None, title=name, **limits)
+        axes.set_ylabel("unit", fontsize=7)
+        if row < len(panels) - 1:
+            axes.set_xticks([])
+        fig.colorbar(image, ax=axes, shrink=0.8)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------- 5. attention
+def _stack(attentions) -> np.ndarray:
+    """A tuple of L tensors (1, A, queries, keys) -> (L, A, queries, keys)."""
+    return _numpy(torch.cat(attentions))
+
+
+def _translation(loaded: Loaded, source_ids: list[int], target: str | None, max_new_tokens: int) -> list[int]:
+    """The target ids an encoder-decoder writes for the source: `target`'s own, or the model's greedy decoding."""
+    if target is not None:
+        ids, _ = encode(loaded, target)
+        return ids
+    generated = loaded.model.generate(
+        input_ids=_batch(loaded, source_ids), max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
+    )
+    return generated[0, 1:].tolist()
+
+
+def _decoder_inputs(loaded: Loaded, written: list[int]) -> list[int]:
+    """The decoder's inputs while it writes `written`: the start token, then each token but the last."""
+    return [_start_token(loaded.model.config), *written[:-1]]
+
+
+@torch.no_grad()
+def attention(loaded: Loaded, text: str, target: str | None = None, max_new_tokens: int = 32) -> dict:
+    """Every layer's and head's attention weights on the text, each row (a query) a distribution over the keys.
+    GPT and BERT (BERT reads `[CLS] text [SEP]`): `tokens` and `attentions` (L, A, T, T), query i down, key j
+    across. The encoder-decoder Transformer, on the text as source and `target` (None: its own greedy
+    translation): `tokens` (S,), `target_tokens` (U,), the tokens the decoder writes, `decoder_tokens` (U,), what it
+    reads (the start token, then the target shifted right), `encoder_attentions` (L, A, S, S),
+    `decoder_attentions` (L, A, U, U) (queries: the target token being written; keys: the decoder's inputs) and
+    `cross_attentions` (L, A, U, S)."""
+    _check_kind(loaded, "attention", ("gpt", "bert", "transformer"))
+    model, tokenizer = loaded.model, loaded.tokenizer
+    ids = _ids(loaded, text)
+    result = {"tokens": _labels(tokenizer, ids)}
+    with _eager(model):
+        if loaded.kind != "transformer":
+            outputs = model(input_ids=_batch(loaded, ids), output_attentions=True)
+            return result | {"attentions": _stack(outputs.attentions)}
+        written = _translation(loaded, ids, target, max_new_tokens)
+        reads = _decoder_inputs(loaded, written)
+        outputs = model(input_ids=_batch(loaded, ids), decoder_input_ids=_batch(loaded, reads), output_attentions=True)
+    return result | {
+        "target_tokens": _labels(tokenizer, written),
+        "decoder_tokens": _labels(tokenizer, reads),
+        "encoder_attentions": _stack(outputs.encoder_attentions),
+        "decoder_attentions": _stack(outputs.decoder_attentions),
+        "cross_attentions": _stack(outputs.cross_attentions),
+    }
+
+
+def attention_from(
+    result: dict, query: int, name: str = "attentions", layer: int | None = None, head: int | None = None
+) -> dict:
+    """One query's row of an `attention` result, to light its keys in the text: `tokens` (the keys) and `weight`
+    (keys,), the weight of each key in layer `layer` and head `head` (None: the mean over layers, or heads)."""
+    weights = result[name]
+    weights = weights.mean(0) if layer is None else weights[layer]
+    weights = weights.mean(0) if head is None else weights[head]
+    keys = result["tokens"] if name in ("attentions", "encoder_attentions", "cross_attentions") else None
+    keys = keys if keys is not None else result["decoder_tokens"]
+    return {"tokens": keys, "weight": weights[query], "query": int(query)}
+
+
+def figure_attention(result: dict, name: str = "attentions") -> Figure:
+    """One panel per layer and head (layers down, heads across), queries down and keys across, white = 1."""
+    weights = result[name]
+    layers, heads = weights.shape[:2]
+    queries = result["tokens"] if name in ("attentions", "encoder_attentions") else result["target_tokens"]
+    keys = result["decoder_tokens"] if name == "decoder_attentions" else result["tokens"]
+    cell = 0.12 * max(len(queries), len(keys)) + 0.8
+    fig = _figure(heads * cell + 0.6, layers * cell + 0.4)
+    for layer in range(layers):
+        for head in range(heads):
+            axes = fig.add_subplot(layers, heads, layer * heads + head + 1)
+            first = head == 0
+            _heatmap(
+                axes,
+                weights[layer, head],
+                queries if first else None,
+                keys if first else None,
+                f"layer {layer}, head {head}",
+                cmap="gray",
+                vmin=0.0,
+                vmax=1.0,
+            )
+            if not first:
+                axes.set_xticks([])
+                axes.set_yticks([])
+    fig.suptitle(name.replace("_", " "), fontsize=9)
+    return fig
+
+
+@torch.no_grad()
+def fill_mask(loaded: Loaded, text: str, k: int = 5) -> dict:
+    """BERT's top-k fillers of the first mask token in the text (`[MASK]`): `tokens` (k,), the fillers, and
+    `probability` (k,), p(filler | the text) by the masked-LM head's softmax, highest first; `token_ids` (k,);
+    `text_tokens`, the input as BERT reads it, and `position`, the mask's index in it."""
+    _check_kind(loaded, "fill_mask", ("bert",))
+    tokenizer = loaded.tokenizer
+    ids = _ids(loaded, text)
+    if tokenizer.mask_token_id not in ids:
+        raise ValueError(f"fill_mask: the text has no {tokenizer.mask_token} to fill.")
+    position = ids.index(tokenizer.mask_token_id)
+    logits = loaded.model(input_ids=_batch(loaded, ids)).logits[0, position]
+    top = logits.float().softmax(-1).topk(min(k, logits.shape[-1]))
+    fillers = top.indices.tolist()
+    return {
+        "tokens": _labels(tokenizer, fillers),
+        "probability": _numpy(top.values),
+        "token_ids": fillers,
+        "text_tokens": _labels(tokenizer, ids),
+        "position": position,
+    }
+
+
+def figure_fill_mask(result: dict) -> Figure:
+    """The fillers' probabilities as horizontal bars, the most likely on top."""
+    fig = _figure(5.0, 0.35 * len(result["tokens"]) + 1.0)
+    axes = fig.add_subplot()
+    rows = range(len(result["tokens"]))[::-1]
+    axes.barh(rows, result["probability"])
+    axes.set_yticks(rows, [repr(t) for t in result["tokens"]], fontsize=8)
+    axes.set_xlabel("p(token | text)")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------ 6. alignment
+def _greedy_steps(loaded: Loaded, source_ids: list[int], steps: int) -> tuple[list[int], list, list[float]]:
+    """Decode one token at a time, carrying the decoder's state: the argmax at each step, its row of alpha (S,) and
+    its probability; stops after the end-of-sequence token or `steps` tokens."""
+    model = loaded.model
+    encoder_outputs = model.get_encoder()(input_ids=_batch(loaded, source_ids))
+    token, state, eos = _start_token(model.config), None, model.config.eos_token_id
+    written, rows, probabilities = [], [], []
+    for _ in range(steps):
+        outputs = model(
+            encoder_outputs=encoder_outputs,
+            decoder_input_ids=_batch(loaded, [token]),
+            past_key_values=state,
+            use_cache=True,
+            output_attentions=True,
+        )
+        p = outputs.logits[0, -1].float().softmax(-1)
+        token, state = int(p.argmax()), cache_of(outputs)
+        written.append(token)
+        rows.append(outputs.alignments[0, -1])
+        probabilities.append(float(p[token]))
+        if token == eos:
+            break
+    return written, rows, probabilities
+
+
+def _beam_steps(loaded: Loaded, source_ids: list[int], steps: int, num_beams: int):
+    """generate()'s beam search, then the chosen translation read back in one teacher-forced pass: the alignments
+    of a prefix do not depend on the other beams, so each row is the one the decoder had at that step."""
+    model = loaded.model
+    source = _batch(loaded, source_ids)
+    generated = model.generate(input_ids=source, max_new_tokens=steps, num_beams=num_beams, do_sample=False)
+    written = generated[0, 1:].tolist()
+    outputs = model(input_ids=source, decoder_input_ids=generated[:, :-1], output_attentions=True)
+    p = outputs.logits[0].float().softmax(-1)
+    return written, list(outputs.alignments[0]), p[torch.arange(len(written)), written].tolist()
+
+
+@torch.no_grad()
+def alignment_steps(loaded: Loaded, source: str, steps: int = 32, num_beams: int = 1) -> dict:
+    """The Bahdanau / Luong decoder translating `source` one token per step (greedy: the argmax at each step,
+    carrying its state as generate() does; `num_beams` > 1: generate()'s beam search), with each step's alignment.
+    Returns `matrix` (U, S): row i is alpha_ij, the weights over the source tokens while writing target token i
+    (each row sums to 1); `row_labels` = `target_tokens` (U,), `column_labels` = `source_tokens` (S,);
+    `target_ids` (U,); `probability` (U,): each written token's probability at its step."""
+    _check_kind(loaded, "alignment_steps", ("bahdanau",))
+    if loaded.model.config.attention_type == "none":
+        raise ValueError(f"alignment_steps: {loaded.name} has no attention (attention_type='none') to show.")
+    ids = _ids(loaded, source)
+    if num_beams > 1:
+        written, rows, probabilities = _beam_steps(loaded, ids, steps, num_beams)
+    else:
+        written, rows, probabilities = _greedy_steps(loaded, ids, steps)
+    tokenizer = loaded.tokenizer
+    target_tokens, source_tokens = _labels(tokenizer, written), _labels(tokenizer, ids)
+    return {
+        "matrix": _numpy(torch.stack(rows)),
+        "row_labels": target_tokens,
+        "column_labels": source_tokens,
+        "target_tokens": target_tokens,
+        "source_tokens": source_tokens,
+        "target_ids": written,
+        "probability": np.asarray(probabilities, dtype=np.float32),
+    }
+
+
+@torch.no_grad()
+def cross_attention_average(loaded: Loaded, source: str, target: str | None = None, max_new_tokens: int = 32) -> dict:
+    """The Transformer's cross-attention averaged over its layers and heads: `matrix` (U, S), row i the weights over
+    the source tokens while the decoder writes target token i (each row sums to 1), on `target` (None: its own
+    greedy translation); `row_labels` = `target_tokens`, `column_labels` = `source_tokens`."""
+    _check_kind(loaded, "cross_attention_average", ("transformer",))
+    result = attention(loaded, source, target, max_new_tokens)
+    return {
+        "matrix": result["cross_attentions"].mean((0, 1)),
+        "row_labels": result["target_tokens"],
+        "column_labels": result["tokens"],
+        "target_tokens": result["target_tokens"],
+        "source_tokens": result["tokens"],
+    }
+
+
+def figure_alignment(result: dict, upto: int | None = None) -> Figure:
+    """An `alignment_steps` or `cross_attention_average` result: target tokens down, source across, white = 1; with
+    `upto`, only the first `upto` steps (one more per click)."""
+    matrix, rows = result["matrix"], result["row_labels"]
+    if upto is not None:
+        matrix, rows = matrix[:upto], rows[:upto]
+    columns = result["column_labels"]
+    fig = _figure(0.25 * len(columns) + 2.0, 0.25 * max(len(rows), 1) + 1.5)
+    axes = fig.add_subplot()
+    _heatmap(axes, matrix, rows, columns, cmap="gray", vmin=0.0, vmax=1.0)
+    axes.set_xlabel("source")
+    axes.set_ylabel("target")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------ 7. state-space models
+def _mixer(loaded: Loaded, layer: int):
+    return loaded.model.base_model.layers[layer].mixer
+
+
+def _state_norms_stepwise(loaded: Loaded, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """The model run one token at a time with its state: the norm of every layer's SSM state after each token
+    (L, T), the top outputs (T, H), and the last state."""
+    backbone, state, norms, tops = loaded.model.base_model, None, [], []
+    for token in ids:
+        outputs = backbone(input_ids=_batch(loaded, [token]), past_key_values=state, use_cache=True)
+        state = cache_of(outputs)
+        norms.append(torch.linalg.vector_norm(state.ssm_states[:, 0].flatten(1), dim=-1))
+        tops.append(outputs.last_hidden_state[0, -1])
+    return torch.stack(norms, 1), torch.stack(tops), state
+
+
+@torch.no_grad()
+def ssm_inside(loaded: Loaded, text: str, layer: int = -1) -> dict:
+    """Inside an SSM layer (`layer`, default the top one) on the text. Both kinds: `tokens`; `state_norm` (L, T),
+    the norm of each layer's scan state x (over its channels and modes) after each token, from the model run one
+    token at a time with its state (`state_norm_layer` (T,): the chosen layer's); `stepwise_difference`, the
+    largest difference between those one-token outputs and one full forward (zero up to rounding). Mamba: `delta`
+    (E, T), the step size Delta = softplus(W_Delta (W_r u) + b_Delta) of each channel at each token (a hook on
+    `dt_proj`), and `delta_mean` (T,) over channels: a large Delta writes the token into the state, a small one
+    keeps the state. S4D: `kernel` (H, T), K_l = C A_bar^l B_bar of each channel over the lag l = 0..T-1, and
+    `step_size` (H,), each channel's fixed Delta."""
+    _check_kind(loaded, "ssm_inside", ("ssm",))
+    ids = _ids(loaded, text)
+    backbone, mixer = loaded.model.base_model, _mixer(loaded, layer)
+    captured = []
+    hook = None
+    if hasattr(mixer, "dt_proj"):  # Mamba: Delta's pre-activation W_Delta (W_r u) + b_Delta, (1, T, E)
+        hook = mixer.dt_proj.register_forward_hook(lambda module, args, output: captured.append(output))
+    try:
+        full = backbone(input_ids=_batch(loaded, ids), use_cache=False).last_hidden_state[0]
+    finally:
+        if hook is not None:
+            hook.remove()
+    norms, tops, _ = _state_norms_stepwise(loaded, ids)
+    layer_index = layer % len(backbone.layers)
+    result = {
+        "tokens": _labels(loaded.tokenizer, ids),
+        "state_norm": _numpy(norms),
+        "state_norm_layer": _numpy(norms[layer_index]),
+        "stepwise_difference": float((tops - full).abs().max()),
+    }
+    if captured:
+        delta = F.softplus(captured[0][0].float()).T  # (E, T)
+        return result | {"delta": _numpy(delta), "delta_mean": _numpy(delta.mean(0))}
+    dt_A, B_bar, C = mixer.discretized()
+    return result | {"kernel": _numpy(s4d_kernel(dt_A, B_bar, C, len(ids))), "step_size": _numpy(mixer.log_dt.exp())}
+
+
+def figure_ssm_inside(result: dict) -> Figure:
+    """Mamba's Delta (channels x tokens) or S4D's kernel (channels x lag), and the state's norm over the tokens."""
+    tokens = result["tokens"]
+    fig = _figure(max(6.0, 0.25 * len(tokens) + 2), 5.0)
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    if "delta" in result:
+        image = _heatmap(top, result["delta"], title="step size Delta (channel x token)", cmap="magma")
+    else:
+        image = _heatmap(top, result["kernel"], title="S4D kernel K (channel x lag)", cmap="RdBu_r")
+        top.set_xlabel("lag", fontsize=7)
+    fig.colorbar(image, ax=top, shrink=0.8)
+    for index, norms in enumerate(result["state_norm"]):
+        bottom.plot(norms, label=f"layer {index}")
+    bottom.set_xticks(range(len(tokens)), _ticks(tokens), rotation=90, fontsize=6)
+    bottom.set_ylabel("|x| after the token", fontsize=7)
+    bottom.legend(fontsize=7)
+    return fig
+
+
+@torch.no_grad()
+def scan_vs_convolution(loaded: Loaded, text: str, layer: int = -1, channel: int = 0) -> dict:
+    """An S4D layer's SSM output y (before its GELU and output layer) on the text, computed twice from the input u the
+    layer receives in the model: by the convolution y = K * u + D u (FFT, the mode training uses) and by the
+    recurrence x_k = A_bar x_{k-1} + B_bar u_k, y_k = C x_k + D u_k (one token at a time, the mode generation uses).
+    Returns `tokens`; `convolution` and `recurrence` (H, T); `difference` (T,), the largest difference over the
+    channels at each token; `max_difference`; `channel` and its `convolution_channel`, `recurrence_channel` (T,)."""
+    _check_kind(loaded, "scan_vs_convolution", ("ssm",))
+    mixer = _mixer(loaded, layer)
+    if not hasattr(mixer, "discretized"):
+        raise ValueError(f"scan_vs_convolution: {loaded.name} is a Mamba model; its selective scan has no kernel.")
+    ids = _ids(loaded, text)
+    captured = []
+    hook = mixer.register_forward_hook(lambda module, args, output: captured.append(args[0]))
+    try:
+        loaded.model.base_model(input_ids=_batch(loaded, ids), use_cache=False)
+    finally:
+        hook.remove()
+    u = captured[0].float().transpose(1, 2)  # (1, H, T): the normed states the mixer reads
+    dt_A, B_bar, C = mixer.discretized()
+    D = mixer.D.float()
+    convolution, _ = s4d_convolution(u, dt_A, B_bar, C, D)
+    state, steps = torch.zeros(*u.shape[:2], B_bar.shape[-1], dtype=B_bar.dtype, device=u.device), []
+    for t in range(u.shape[-1]):
+        y, state = s4d_step(u[..., t], dt_A, B_bar, C, D, state)
+        steps.append(y)
+    recurrence = torch.stack(steps, -1)
+    difference = (convolution - recurrence).abs()[0].amax(0)
+    channel = int(channel) % u.shape[1]
+    return {
+        "tokens": _labels(loaded.tokenizer, ids),
+        "convolution": _numpy(convolution[0]),
+        "recurrence": _numpy(recurrence[0]),
+        "difference": _numpy(difference),
+        "max_difference": float(difference.max()),
+        "channel": channel,
+        "convolution_channel": _numpy(convolution[0, channel]),
+        "recurrence_channel": _numpy(recurrence[0, channel]),
+    }
+
+
+def figure_scan_vs_convolution(result: dict) -> Figure:
+    """One channel's output by both modes over the tokens, drawn over each other, and their difference."""
+    tokens, channel = result["tokens"], result["channel"]
+    fig = _figure(max(6.0, 0.25 * len(tokens) + 2), 4.5)
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2, sharex=None)
+    top.plot(result["convolution_channel"], lw=3, alpha=0.5, label="convolution (FFT)")
+    top.plot(result["recurrence_channel"], ls="--", marker=".", label="recurrence (one token at a time)")
+    top.set_title(f"channel {channel}: the same output, max difference {result['max_difference']:.1e}", fontsize=8)
+    top.set_xticks([])
+    top.legend(fontsize=7)
+    bottom.bar(range(len(tokens)), result["difference"])
+    bottom.set_xticks(range(len(tokens)), _ticks(tokens), rotation=90, fontsize=6)
+    bottom.set_ylabel("max |difference|", fontsize=7)
+    return fig
+
+
+__all__ = [
+    "alignment_steps",
+    "attention",
+    "attention_from",
+    "cross_attention_average",
+    "figure_alignment",
+    "figure_attention",
+    "figure_fill_mask",
+    "figure_recurrent_state",
+    "figure_scan_vs_convolution",
+    "figure_ssm_inside",
+    "fill_mask",
+    "recurrent_state",
+    "scan_vs_convolution",
+    "ssm_inside",
+]
