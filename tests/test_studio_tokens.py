@@ -114,6 +114,16 @@ def test_topk_agrees_with_the_strip(models, trigram, which):
         views.topk(loaded, TEXT, 0)
 
 
+def test_a_long_text_is_cut_to_the_position_table(models):
+    """GPT's table holds 64 positions: its strip stops there, a comparison with the RNN reads the same 64 tokens, and
+    sampling continues the text's end."""
+    long_text = " ".join([TEXT] * 10)
+    assert len(views.surprisal(models["rnn"], long_text)["tokens"]) > 64
+    assert len(views.surprisal(models["gpt"], long_text)["tokens"]) == 64
+    assert len(views.compare(models["gpt"], models["rnn"], long_text)["tokens"]) == 64
+    assert len(views.sampling(models["gpt"], long_text, length=8)["sample"]["ids"]) <= 8
+
+
 def test_views_refuse_what_they_cannot_read(tokenizer, models):
     bert = build("bert", tokenizer, "AutoModelForMaskedLM", **GPT)
     with pytest.raises(ValueError, match="not a causal language model"):
