@@ -120,6 +120,8 @@ def test_gpt_attention_is_causal_and_each_row_a_distribution(tokenizer):
     rows_sum_to_one(weights)
     assert (np.triu(weights, k=1) == 0).all() and (np.tril(weights, k=-1) > 0).any()
     assert loaded.model.config._attn_implementation == "sdpa"  # the eager kernel was only borrowed
+    np.testing.assert_allclose(result["matrix"], weights.mean((0, 1)))
+    assert len(to_csv(result).splitlines()) == 1 + len(result["tokens"])  # the averaged map, one row per query
     light = inside.attention_from(result, query=4, layer=1, head=2)
     np.testing.assert_array_equal(light["weight"], weights[1, 2, 4])
     np.testing.assert_allclose(inside.attention_from(result, query=4)["weight"], weights[:, :, 4].mean((0, 1)))
@@ -280,12 +282,14 @@ def test_every_figure_draws(tokenizer, bert_tokenizer):
         inside.figure_attention(seq2seq, "cross_attentions"),
         inside.figure_attention(seq2seq, "decoder_attentions"),
         inside.figure_fill_mask(inside.fill_mask(bert, "the [MASK] sat")),
-        inside.figure_alignment(inside.alignment_steps(bahdanau, TEXT, steps=4), upto=2),
-        inside.figure_alignment(inside.cross_attention_average(transformer, TEXT, max_new_tokens=4)),
+        inside.figure_alignment_steps(inside.alignment_steps(bahdanau, TEXT, steps=4), upto=2),
+        inside.figure_cross_attention_average(inside.cross_attention_average(transformer, TEXT, max_new_tokens=4)),
         inside.figure_ssm_inside(inside.ssm_inside(mamba, TEXT)),
         inside.figure_ssm_inside(inside.ssm_inside(s4d, TEXT)),
-        inside.figure_scan_vs_convolution(inside.scan_vs_convolution(s4d, TEXT)),
     ]
+    long = inside.figure_scan_vs_convolution(inside.scan_vs_convolution(s4d, " ".join([TEXT] * 15)))
+    assert 40 < len(long.axes[1].get_xticklabels()) <= inside.MAX_LABELS  # ~135 tokens: every other one labelled
+    figures.append(long)
     for figure in figures:
         png = io.BytesIO()
         figure.savefig(png, format="png", dpi=40)

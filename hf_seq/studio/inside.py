@@ -68,8 +68,17 @@ def _start_token(config) -> int:
     return config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
 
 
+MAX_LABELS = 80  # tick labels per axis; a longer text labels every k-th token
+MAX_INCHES = 24.0  # a figure's largest side
+
+
 def _figure(width: float, height: float) -> Figure:
-    return Figure(figsize=(width, height), layout="constrained")
+    return Figure(figsize=(min(width, MAX_INCHES), min(height, MAX_INCHES)), layout="constrained")
+
+
+def _along(count: int, per_token: float = 0.2, least: float = 6.0) -> float:
+    """A width for `count` tokens across."""
+    return max(least, per_token * count + 2.0)
 
 
 def _printable(label: str) -> str:
@@ -77,16 +86,23 @@ def _printable(label: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in label)
 
 
-def _ticks(labels) -> list[str]:
-    return [_printable(label) for label in labels]
+def _label_tokens(axes, labels, axis: str = "x") -> None:
+    """The tokens as tick labels along `axis`, every k-th of them past MAX_LABELS."""
+    every = -(-len(labels) // MAX_LABELS)
+    positions = range(0, len(labels), every)
+    text = [_printable(labels[i]) for i in positions]
+    if axis == "x":
+        axes.set_xticks(positions, text, rotation=90, fontsize=6)
+    else:
+        axes.set_yticks(positions, text, fontsize=6)
 
 
 def _heatmap(axes, matrix, rows=None, columns=None, title="", **kwargs):
     image = axes.imshow(matrix, aspect="auto", interpolation="nearest", **kwargs)
     if columns is not None:
-        axes.set_xticks(range(len(columns)), _ticks(columns), rotation=90, fontsize=6)
+        _label_tokens(axes, columns, "x")
     if rows is not None:
-        axes.set_yticks(range(len(rows)), _ticks(rows), fontsize=6)
+        _label_tokens(axes, rows, "y")
     axes.set_title(title, fontsize=8)
     return image
 
@@ -162,7 +178,7 @@ def figure_recurrent_state(result: dict) -> Figure:
     """h (and c) as units x time, then each gate, on the tokens."""
     panels = [name for name in ("hidden", "cell", *_GATE_NAMES) if name in result]
     tokens = result["tokens"]
-    fig = _figure(max(6.0, 0.25 * len(tokens) + 2), 2.2 * len(panels))
+    fig = _figure(_along(len(tokens)), 2.2 * len(panels))
     for row, name in enumerate(panels):
         axes = fig.add_subplot(len(panels), 1, row + 1)
         gate = name.endswith("gate")
@@ -205,7 +221,8 @@ def attention(loaded: Loaded, text: str, target: str | None = None, max_new_toke
     translation): `tokens` (S,), `target_tokens` (U,), the tokens the decoder writes, `decoder_tokens` (U,), what it
     reads (the start token, then the target shifted right), `encoder_attentions` (L, A, S, S),
     `decoder_attentions` (L, A, U, U) (queries: the target token being written; keys: the decoder's inputs) and
-    `cross_attentions` (L, A, U, S)."""
+    `cross_attentions` (L, A, U, S). Both also give `matrix`, the self-attention (GPT, BERT) or the cross-attention
+    (Transformer) averaged over layers and heads, with its `row_labels` and `column_labels` (what `to_csv` writes)."""
     _check_kind(loaded, "attention", ("gpt", "bert", "transformer"))
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = _ids(loaded, text)
@@ -213,16 +230,22 @@ def attention(loaded: Loaded, text: str, target: str | None = None, max_new_toke
     with _eager(model):
         if loaded.kind != "transformer":
             outputs = model(input_ids=_batch(loaded, ids), output_attentions=True)
-            return result | {"attentions": _stack(outputs.attentions)}
+            weights = _stack(outputs.attentions)
+            labels = {"row_labels": result["tokens"], "column_labels": result["tokens"]}
+            return result | {"attentions": weights, "matrix": weights.mean((0, 1))} | labels
         written = _translation(loaded, ids, target, max_new_tokens)
         reads = _decoder_inputs(loaded, written)
         outputs = model(input_ids=_batch(loaded, ids), decoder_input_ids=_batch(loaded, reads), output_attentions=True)
+    cross, target_tokens = _stack(outputs.cross_attentions), _labels(tokenizer, written)
     return result | {
-        "target_tokens": _labels(tokenizer, written),
+        "target_tokens": target_tokens,
         "decoder_tokens": _labels(tokenizer, reads),
         "encoder_attentions": _stack(outputs.encoder_attentions),
         "decoder_attentions": _stack(outputs.decoder_attentions),
-        "cross_attentions": _stack(outputs.cross_attentions),
+        "cross_attentions": cross,
+        "matrix": cross.mean((0, 1)),
+        "row_labels": target_tokens,
+        "column_labels": result["tokens"],
     }
 
 
@@ -245,7 +268,7 @@ def figure_attention(result: dict, name: str = "attentions") -> Figure:
     layers, heads = weights.shape[:2]
     queries = result["tokens"] if name in ("attentions", "encoder_attentions") else result["target_tokens"]
     keys = result["decoder_tokens"] if name == "decoder_attentions" else result["tokens"]
-    cell = 0.12 * max(len(queries), len(keys)) + 0.8
+    cell = min(0.12 * max(len(queries), len(keys)) + 0.8, 4.0)
     fig = _figure(heads * cell + 0.6, layers * cell + 0.4)
     for layer in range(layers):
         for head in range(heads):
@@ -384,19 +407,24 @@ def cross_attention_average(loaded: Loaded, source: str, target: str | None = No
     }
 
 
-def figure_alignment(result: dict, upto: int | None = None) -> Figure:
-    """An `alignment_steps` or `cross_attention_average` result: target tokens down, source across, white = 1; with
-    `upto`, only the first `upto` steps (one more per click)."""
+def figure_alignment_steps(result: dict, upto: int | None = None) -> Figure:
+    """An `alignment_steps` (or `cross_attention_average`) result: target tokens down, source across, white = 1;
+    with `upto`, only the first `upto` steps (one more per click)."""
     matrix, rows = result["matrix"], result["row_labels"]
     if upto is not None:
         matrix, rows = matrix[:upto], rows[:upto]
     columns = result["column_labels"]
-    fig = _figure(0.25 * len(columns) + 2.0, 0.25 * max(len(rows), 1) + 1.5)
+    fig = _figure(_along(len(columns), 0.25, 3.0), _along(len(rows), 0.25, 1.5))
     axes = fig.add_subplot()
     _heatmap(axes, matrix, rows, columns, cmap="gray", vmin=0.0, vmax=1.0)
     axes.set_xlabel("source")
     axes.set_ylabel("target")
     return fig
+
+
+def figure_cross_attention_average(result: dict) -> Figure:
+    """The Transformer's averaged cross-attention, drawn as an alignment."""
+    return figure_alignment_steps(result)
 
 
 # ------------------------------------------------------------------------------------------ 7. state-space models
@@ -456,7 +484,7 @@ def ssm_inside(loaded: Loaded, text: str, layer: int = -1) -> dict:
 def figure_ssm_inside(result: dict) -> Figure:
     """Mamba's Delta (channels x tokens) or S4D's kernel (channels x lag), and the state's norm over the tokens."""
     tokens = result["tokens"]
-    fig = _figure(max(6.0, 0.25 * len(tokens) + 2), 5.0)
+    fig = _figure(_along(len(tokens)), 5.0)
     top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
     if "delta" in result:
         image = _heatmap(top, result["delta"], title="step size Delta (channel x token)", cmap="magma")
@@ -466,7 +494,7 @@ def figure_ssm_inside(result: dict) -> Figure:
     fig.colorbar(image, ax=top, shrink=0.8)
     for index, norms in enumerate(result["state_norm"]):
         bottom.plot(norms, label=f"layer {index}")
-    bottom.set_xticks(range(len(tokens)), _ticks(tokens), rotation=90, fontsize=6)
+    _label_tokens(bottom, tokens)
     bottom.set_ylabel("|x| after the token", fontsize=7)
     bottom.legend(fontsize=7)
     return fig
@@ -516,7 +544,7 @@ def scan_vs_convolution(loaded: Loaded, text: str, layer: int = -1, channel: int
 def figure_scan_vs_convolution(result: dict) -> Figure:
     """One channel's output by both modes over the tokens, drawn over each other, and their difference."""
     tokens, channel = result["tokens"], result["channel"]
-    fig = _figure(max(6.0, 0.25 * len(tokens) + 2), 4.5)
+    fig = _figure(_along(len(tokens)), 4.5)
     top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2, sharex=None)
     top.plot(result["convolution_channel"], lw=3, alpha=0.5, label="convolution (FFT)")
     top.plot(result["recurrence_channel"], ls="--", marker=".", label="recurrence (one token at a time)")
@@ -524,7 +552,7 @@ def figure_scan_vs_convolution(result: dict) -> Figure:
     top.set_xticks([])
     top.legend(fontsize=7)
     bottom.bar(range(len(tokens)), result["difference"])
-    bottom.set_xticks(range(len(tokens)), _ticks(tokens), rotation=90, fontsize=6)
+    _label_tokens(bottom, tokens)
     bottom.set_ylabel("max |difference|", fontsize=7)
     return fig
 
@@ -534,7 +562,8 @@ __all__ = [
     "attention",
     "attention_from",
     "cross_attention_average",
-    "figure_alignment",
+    "figure_alignment_steps",
+    "figure_cross_attention_average",
     "figure_attention",
     "figure_fill_mask",
     "figure_recurrent_state",
