@@ -40,6 +40,8 @@ METRIC_NAMES = {  # the names metrics.json uses -> (model-index type, what the c
         ("crps", "crps", "CRPS (mean weighted quantile loss)"),
     )
 }
+SERIES_DATA_KEYS = ("dataset", "validation", "test", "target_column", "id_column", "timestamp_column", "test_windows",
+                    "season", "max_examples")  # fmt: skip
 # a forecaster's loss is per value, not per token (its metrics count `points`, hf_seq.tasks._score_series)
 SERIES_LOSS = {f"{prefix}_loss": ("loss", f"NLL per value (nats) ({split})")
                for prefix, split in (("eval", "validation"), ("test", "test"))}  # fmt: skip
@@ -75,9 +77,9 @@ def describe_architecture(config) -> str:
     forecaster = getattr(config, "prediction_length", None) is not None
     if forecaster:
         summary = (
-            "A forecaster: the backbone below reads lagged values of a series in place of token embeddings and predicts "
-            f"a {config.distribution_output.replace('_', '-')} distribution for each next value (DeepAR's recipe; "
-            "models/prediction.py). The backbone: " + summary
+            f"A forecaster on the hf-seq `{fam.name}` family's backbone (`{fam.config}`): it reads lagged values of a "
+            f"series in place of token embeddings and predicts a {config.distribution_output.replace('_', '-')} "
+            "distribution for each next value (DeepAR's recipe; hf-seq's models/prediction.py)."
         )
     keys = ("prediction_length", "context_length", "lags_sequence", "scaling", "distribution_output")
     shape = {
@@ -160,6 +162,10 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
     measured = {names[k][1]: (names[k][0], v) for k, v in measured.items()}
     metadata = card_metadata(config, auto_class, recipe, repo_id, dataset, hub_datasets, measured)
 
+    forecaster = getattr(config, "prediction_length", None) is not None
+    if recipe and forecaster:  # what a forecaster's run read: no tokenizer, and of the data keys the series' own
+        recipe = {k: v for k, v in recipe.items() if k != "tokenizer"}
+        recipe["data"] = {k: v for k, v in recipe.get("data", {}).items() if k in SERIES_DATA_KEYS}
     if recipe:
         recipe_text = "```yaml\n" + yaml.safe_dump(recipe, sort_keys=False) + "```"
     else:
@@ -170,8 +176,14 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
     limitations = card_extra.get(
         "limitations",
         "A small research and teaching model trained from scratch on a small corpus: it shows how its architecture "
-        "learns, not a production system. Outputs are often wrong or incoherent; do not rely on them for any "
-        "decision. Its behaviour outside the training data's domain has not been evaluated.",
+        "learns, not a production system. "
+        + (
+            "Its forecasts and intervals hold only as far as the series keeps behaving as it did; check them against "
+            "the seasonal-naive benchmark (MASE) before any use."
+            if forecaster
+            else "Outputs are often wrong or incoherent; do not rely on them for any decision."
+        )
+        + " Its behaviour outside the training data's domain has not been evaluated.",
     )
     text = template().format(
         metadata=yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True).strip(),
@@ -183,6 +195,9 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
         evaluation=describe_evaluation(metrics, measured),
         auto_class=auto_class,
         repo_id=repo_id,
+        # a forecaster reads values: it has no tokenizer
+        tokenizer_import="" if forecaster else ", AutoTokenizer",
+        tokenizer_line="" if forecaster else f'\ntokenizer = AutoTokenizer.from_pretrained("{repo_id}")',
         usage=usage_example(metadata["pipeline_tag"], repo_id),
         limitations=limitations,
     )

@@ -264,6 +264,12 @@ def cmd_generate(args) -> None:
         print(out[0][key])
 
 
+def cmd_studio(args) -> None:
+    from hf_seq.studio.app import serve
+
+    serve(args.folders, args.demo, args.host, args.port, args.root_path, args.max_tokens)
+
+
 def _at_least(low: int):
     def parse(text: str) -> int:
         try:
@@ -468,6 +474,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed the sampling, for output that can be reproduced")
     p.set_defaults(func=cmd_generate)
 
+    p = commands.add_parser("studio", help="the models' insides in a web page (Gradio: pip install 'hf-seq[studio]')")
+    p.add_argument("folders", nargs="*", help="run folders (hf-seq train / lineage) or Hub names")
+    p.add_argument(
+        "--demo", action="store_true", help="train tiny models of every family (about a minute) and show them"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to serve on (default: this machine only)")
+    p.add_argument("--port", type=_at_least(1), default=7860)
+    p.add_argument("--root-path", help="the path the page is served under behind a proxy (a course server)")
+    p.add_argument("--max-tokens", type=_at_least(1), default=512, help="the views read at most this many tokens")
+    p.set_defaults(func=cmd_studio)
+
     p = commands.add_parser("push", help="check a saved model loads without hf-seq, then upload it to the Hub")
     p.add_argument("folder")
     p.add_argument("repo_id", help="e.g. your-name/gpt-stdlib-tiny")
@@ -500,6 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="translation: the target column, or a language of a `translation` column (default target); "
         "time_series: the column of the values",
     )
+    p.add_argument("--id-column", help="time_series: the column naming each series of a long table (many series)")
+    p.add_argument("--timestamp-column", help="time_series: the column that orders each series' rows")
     p.add_argument("--validation", help="held-out file(s) or Hub split (default: the corpus's own, else held out)")
     p.add_argument("--test", help="test file or Hub split, scored once at the end with the selected weights")
     budget = p.add_mutually_exclusive_group()
@@ -520,10 +539,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--members", help=members_help)
     p.add_argument(
         "--set",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="KEY=VALUE",
-        help="change a study setting (e.g. width=256, learning_rate=1e-3) or a member's knob (e.g. gru.layers=3); "
-        "repeat for several",
+        help="change study settings (e.g. width=256 learning_rate=1e-3) or a member's knob (e.g. gru.layers=3)",
     )
     p.add_argument("--max-chars", type=int, help="characters of the corpus to read (default 3,000,000)")
     p.add_argument("--threads", type=int, help="torch threads (default: one per idle core)")

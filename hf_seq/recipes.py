@@ -445,8 +445,14 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         allowed |= set(prediction_settings(recipe.model))
     unknown = sorted(set(recipe.model) - allowed)
     if unknown:
+        import difflib
+
+        guesses = {k: difflib.get_close_matches(k, allowed, n=1, cutoff=0.8) for k in unknown}
+        hint = "; ".join(f"did you mean 'model.{g[0]}' for 'model.{k}'?" for k, g in guesses.items() if g)
         raise RecipeError(
-            f"unknown option(s) {['model.' + k for k in unknown]} for {fam.config}; allowed: {sorted(allowed)}"
+            f"unknown option(s) {['model.' + k for k in unknown]} for {fam.config}"
+            + (f"; {hint}" if hint else "")
+            + f"; allowed: {sorted(allowed)}"
         )
     # the model section must build a valid config (its own checks name the option and the allowed values)
     try:

@@ -16,6 +16,7 @@ does. Missing values stay NaN throughout: the models read them through their obs
 """
 
 import math
+import re
 
 import datasets
 import numpy as np
@@ -40,7 +41,9 @@ def prediction_settings(model: dict) -> dict:
     try:
         check_prediction_config(keys)
     except ValueError as error:
-        raise InvalidValueError(f"recipe key 'model.{str(error).split(': ', 1)[1]}") from None
+        problem = str(error).split(": ", 1)[1]  # "prediction_length must be ...", without the config's name
+        key = re.match(r"\w+", problem).group()
+        raise InvalidValueError(f"recipe key 'model.{key}': {problem}") from None
     return {key: getattr(keys, key) for key in PREDICTION_DEFAULTS}
 
 
@@ -95,8 +98,8 @@ def _numbers(values: list, column: str) -> np.ndarray:
             out[i] = float(value)
         except (TypeError, ValueError):
             raise InvalidValueError(
-                f"data.target_column: {column!r} holds {value!r} at row {i}, not a number; the target of a time "
-                "series must be numeric (missing values: empty or null)"
+                f"data.target_column: {column!r} holds {value!r} in data row {i + 1}, not a number; the target of a "
+                "time series must be numeric (missing values: an empty cell, null, NA or NaN)"
             ) from None
     return out
 
@@ -176,11 +179,19 @@ def prepare_series(recipe) -> tuple[dict[str, datasets.Dataset], dict]:
     horizon, context = keys["prediction_length"], keys["context_length"]
     past_length = context + max(keys["lags_sequence"])
     d = recipe.data
-    if not isinstance(d.test_windows, int) or isinstance(d.test_windows, bool) or d.test_windows < 1:
-        raise InvalidValueError(f"recipe key 'data.test_windows': must be a positive integer, got {d.test_windows!r}")
+    for key in ("test_windows", "season"):
+        value = getattr(d, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidValueError(f"recipe key 'data.{key}': must be a positive integer, got {value!r}")
     series = read_series(d)
     parts = split_series(series, horizon, d.test_windows)
     train = datasets.Dataset.from_dict(training_windows(parts["train"], past_length, horizon, context))
+    if len(train) < recipe.training.batch_size:
+        raise InvalidValueError(
+            f"data: the series' training parts (before validation and the test windows) give {len(train)} windows of "
+            f"{horizon} values to forecast, fewer than one batch (training.batch_size={recipe.training.batch_size}): "
+            "give longer series, or a smaller model.prediction_length, data.test_windows or training.batch_size"
+        )
     if d.max_examples is not None:
         train = train.select(range(min(d.max_examples, len(train))))
     encoded = {"train": train}

@@ -62,7 +62,7 @@ def test_bad_lags_and_a_non_numeric_column_are_one_line(tmp_path):
         lineage_forecasting.run(quick=True, output_dir=tmp_path / "a", progress=False, set=("lags=1,x",))
     csv = tmp_path / "s.csv"
     csv.write_text("day,value\n" + "".join(f"{i},v{i}\n" for i in range(200)))
-    with pytest.raises(InvalidValueError, match="data.target_column: 'value' holds 'v0' at row 0, not a number"):
+    with pytest.raises(InvalidValueError, match="data.target_column: 'value' holds 'v0' in data row 1, not a number"):
         lineage_forecasting.run(quick=True, output_dir=tmp_path / "b", progress=False, corpus=str(csv),
                                 target_column="value")  # fmt: skip
 
@@ -97,3 +97,23 @@ def test_the_command_sizes_forecasters_by_a_seconds_budget(tmp_path):
     result = json.loads((tmp_path / "lineage.json").read_text())
     window = next(r for r in result["members"] if r["name"] == "window")
     assert result["sizes"] == ["auto"] and len(window["sizing"]["pilots"]) == 3
+
+
+def test_many_series_of_a_long_table_by_id_and_timestamp(tmp_path):
+    """--id-column and --timestamp-column split a long table into its series; --set takes several settings at once."""
+    import subprocess
+    import sys
+
+    rows = ["when,store,sales"] + [f"{t:03d},{s},{10 * (s == 'b') + math.sin(t)}" for s in "ab" for t in range(120)]
+    (tmp_path / "sales.csv").write_text("\n".join(reversed(rows[1:])) and "\n".join([rows[0], *reversed(rows[1:])]))
+    command = [sys.executable, "-m", "hf_seq.cli", "lineage", "--task", "time_series", "--quick", "--corpus",
+               str(tmp_path / "sales.csv"), "--target-column", "sales", "--id-column", "store", "--timestamp-column",
+               "when", "--set", "prediction_length=6", "context_length=12", "lags=1,2,6", "season=6", "--members",
+               "seasonal_naive", "--output-dir", str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "lineage.json").read_text())
+    assert result["series"] == 2 and result["test_windows"] == 2 and result["prediction_length"] == 6
+    assert result["plot_window"]["future"] == [
+        pytest.approx(math.sin(t)) for t in range(114, 120)
+    ]  # series a, in time order

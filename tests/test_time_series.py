@@ -92,18 +92,29 @@ def test_hf_seq_train_and_evaluate_agree_on_a_csv_of_two_series(tmp_path):
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["prediction_length"] == 6 and saved["architectures"] == ["GPTForPrediction"]
     card = (tmp_path / "run" / "README.md").read_text()
-    assert "NLL per value" in card and "A forecaster:" in card and "training values" in card
+    assert "NLL per value" in card and "A forecaster on the hf-seq `gpt` family's backbone" in card
+    assert "training values" in card and "AutoTokenizer" not in card and "tokenizer:" not in card
     assert "| `prediction_length` | `6` |" in card and "AutoModelForTimeSeriesPrediction" in card
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"data": {"target_column": "store"}}, "data.target_column: 'store' holds 'a' at row 0, not a number"),
+        ({"data": {"target_column": "store"}}, "data.target_column: 'store' holds 'a' in data row 1, not a number"),
         ({"data": {"target_column": "price"}}, "data.target_column: 'price' is not a column of the data"),
-        ({"model": {"prediction_length": 0}}, "model.prediction_length must be a positive integer"),
+        (
+            {"model": {"prediction_length": 0}},
+            r"recipe key 'model.prediction_length': prediction_length must be a "
+            r"positive integer \(the number of values to forecast\), got 0\.$",
+        ),
         ({"model": {"prediction_length": 60}}, "series 'a' has 120 values; with model.prediction_length=60"),
         ({"data": {"test_windows": 0}}, "data.test_windows': must be a positive integer, got 0"),
+        ({"data": {"season": 0}}, "recipe key 'data.season': must be a positive integer, got 0"),
+        (
+            {"model": {"prediction_length": 39}},
+            r"give 6 windows of 39 values to forecast, fewer than one batch "
+            r"\(training.batch_size=8\)",
+        ),
     ],
 )
 def test_bad_input_names_the_key(tmp_path, change, message):

@@ -110,7 +110,8 @@ class ForecastingData(StudyData):
 
 class Forecasting(study.Study):
     name, title, rows, settings = "time_series", "forecasting lineage", ROWS, SETTINGS
-    auto_class, default_corpus, own_options = "AutoModelForTimeSeriesPrediction", "co2", ("target_column",)
+    auto_class, default_corpus = "AutoModelForTimeSeriesPrediction", "co2"
+    own_options = ("target_column", "id_column", "timestamp_column")
     files = "lineage.md, lineage.json and forecasts.png"
     budget_unit = "training values"
     curve_keys = ("step", "seconds", "eval_loss", "eval_mase")
@@ -126,8 +127,9 @@ class Forecasting(study.Study):
         lags = lags_of(s)
         s.block_size = s.context_length + s.prediction_length
         data = dict(dataset=corpus, season=s.season, test_windows=s.test_windows)
-        if options.target_column:
-            data["target_column"] = options.target_column
+        for key in ("target_column", "id_column", "timestamp_column"):
+            if getattr(options, key):
+                data[key] = getattr(options, key)
         tree = {"family": "gpt", "task": "time_series", "model": _head(s), "data": data}
         recipe = load_recipe(tree | {"training": {"output_dir": str(output_dir / "data-run"), "log_with": "none"}})
         prepared = tasks.prepare(recipe)

@@ -521,6 +521,11 @@ def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
         f"are the evaluation with the lowest validation NLL. Tuning: {result['tuning']}. Seeds: {result['seeds']}. "
         f"Machine: {result['machine']}.",
         "",
+        *(
+            ["**--quick: a test of the plumbing on tiny models and a few steps, not a result.**", ""]
+            if result["quick"]
+            else []
+        ),
         "Ranked by **test MASE** (mean absolute error of the median forecast over the seasonal-naive method's "
         "in-sample error; below 1 beats that benchmark in sample). CRPS is the mean weighted quantile loss of the "
         "sample paths (GluonTS's and the Monash archive's figure); the NLL per value is the predicted density's "

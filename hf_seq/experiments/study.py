@@ -104,6 +104,8 @@ class Options:
     source_column: str | None = None  # translation: the pair's columns, and the gettext catalogs' language
     target_column: str | None = None
     target_language: str | None = None
+    id_column: str | None = None  # time series: many series in a long table, and the column that orders them
+    timestamp_column: str | None = None
 
     @property
     def budgets(self) -> dict:

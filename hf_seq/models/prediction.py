@@ -70,9 +70,10 @@ def check_prediction_config(config) -> None:
         if getattr(config, key, None) is None:
             setattr(config, key, list(default) if isinstance(default, list) else default)
     if not _positive_int(config.prediction_length):
+        unset = " (a forecasting head needs it in the config)" if config.prediction_length is None else ""
         raise ValueError(
             f"{name}: prediction_length must be a positive integer (the number of values to forecast), got "
-            f"{config.prediction_length!r}; set it in the config to build a forecasting head."
+            f"{config.prediction_length!r}{unset}."
         )
     if config.context_length is None:
         config.context_length = config.prediction_length
