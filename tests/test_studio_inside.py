@@ -127,6 +127,15 @@ def test_gpt_attention_is_causal_and_each_row_a_distribution(tokenizer):
     np.testing.assert_allclose(inside.attention_from(result, query=4)["weight"], weights[:, :, 4].mean((0, 1)))
 
 
+def test_a_long_text_is_cut_to_the_models_positions(tokenizer, bert_tokenizer):
+    long = " ".join([TEXT] * 15)  # ~135 tokens, past the 64 positions
+    gpt = build("gpt", "AutoModelForCausalLM", tokenizer, **GPT)
+    bert = build("bert", "AutoModelForMaskedLM", bert_tokenizer, **GPT)
+    assert inside.attention(gpt, long)["attentions"].shape[-1] == 64
+    tokens = inside.attention(bert, long)["tokens"]
+    assert len(tokens) == 64 and tokens[-1] == "[SEP]"
+
+
 def test_bert_attention_reads_both_sides(bert_tokenizer):
     loaded = build("bert", "AutoModelForMaskedLM", bert_tokenizer, **GPT)
     result = inside.attention(loaded, TEXT)

@@ -41,14 +41,20 @@ def _check_kind(loaded: Loaded, view: str, kinds: tuple[str, ...]) -> None:
         raise ValueError(f"{view}: {loaded.name} is a {loaded.kind!r} model; this view reads {', '.join(kinds)}.")
 
 
+def _limit(loaded: Loaded) -> int:
+    """How many tokens a view reads: MAX_TOKENS, or fewer where the model's position table ends sooner."""
+    positions = getattr(loaded.model.config, "max_position_embeddings", None)
+    return min(MAX_TOKENS, positions or MAX_TOKENS)
+
+
 def _ids(loaded: Loaded, text: str) -> list[int]:
-    """The text's ids; BERT reads `[CLS] text [SEP]`, as it was trained."""
-    if loaded.kind == "bert":
-        return loaded.tokenizer(text)["input_ids"][:MAX_TOKENS]
-    ids, _ = encode(loaded, text)
+    """The text's ids, as many as the model reads; BERT reads `[CLS] text [SEP]`, as it was trained."""
+    bert = loaded.kind == "bert"
+    ids, _ = encode(loaded, text, _limit(loaded) - (2 if bert else 0))
     if not ids:
-        raise ValueError(f"{loaded.name}: the text has no tokens.")
-    return ids
+        raise ValueError(f"{loaded.name}: the text has no tokens under its tokenizer; type some text.")
+    tokenizer = loaded.tokenizer
+    return [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id] if bert else ids
 
 
 @contextmanager
@@ -233,7 +239,7 @@ def attention(loaded: Loaded, text: str, target: str | None = None, max_new_toke
             weights = _stack(outputs.attentions)
             labels = {"row_labels": result["tokens"], "column_labels": result["tokens"]}
             return result | {"attentions": weights, "matrix": weights.mean((0, 1))} | labels
-        written = _translation(loaded, ids, target, max_new_tokens)
+        written = _translation(loaded, ids, target, min(max_new_tokens, _limit(loaded) - 1))[: _limit(loaded)]
         reads = _decoder_inputs(loaded, written)
         outputs = model(input_ids=_batch(loaded, ids), decoder_input_ids=_batch(loaded, reads), output_attentions=True)
     cross, target_tokens = _stack(outputs.cross_attentions), _labels(tokenizer, written)
