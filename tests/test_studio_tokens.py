@@ -95,23 +95,23 @@ def test_ngram_surprisal_is_its_token_nll(trigram):
 
 @pytest.mark.parametrize("which", ["gpt", "trigram"])
 def test_topk_agrees_with_the_strip(models, trigram, which):
-    """The probability topk gives the text's own token at a position is 2^-bits of the strip there, its rank counts
-    the candidates above it, and the candidates come most probable first."""
+    """The probability topk at position t gives the text's next token is 2^-bits of the strip at t + 1, its rank
+    counts the candidates above it, and the candidates come most probable first."""
     loaded = trigram if which == "trigram" else models[which]
     bits = views.surprisal(loaded, TEXT)["bits"]
-    for position in (1, 5, len(bits) - 1):
+    for position in (0, 5, len(bits) - 2):
         result = views.topk(loaded, TEXT, position, k=300)
-        assert result["actual_probability"] == pytest.approx(2.0 ** -bits[position], rel=1e-5)
+        assert result["actual_probability"] == pytest.approx(2.0 ** -bits[position + 1], rel=1e-5)
         assert np.all(np.diff(result["probabilities"]) <= 0)
         assert result["probabilities"].sum() == pytest.approx(1.0, abs=1e-4)
-        rank, actual = result["actual_rank"], ids_of(loaded.tokenizer)[position]
+        rank, actual = result["actual_rank"], ids_of(loaded.tokenizer)[position + 1]
         assert result["probabilities"][rank - 1] == result["actual_probability"]  # ties share the rank
         assert rank == 1 or result["probabilities"][rank - 2] > result["actual_probability"]
         assert result["probabilities"][result["ids"].index(actual)] == result["actual_probability"]
-    after = views.topk(loaded, TEXT, len(bits), k=3)
+    after = views.topk(loaded, TEXT, len(bits) - 1, k=3)
     assert after["actual"] is None and len(after["tokens"]) == 3
-    with pytest.raises(ValueError, match="position 0"):
-        views.topk(loaded, TEXT, 0)
+    with pytest.raises(ValueError, match=f"position {len(bits)} is outside"):
+        views.topk(loaded, TEXT, len(bits))
 
 
 def test_a_long_text_is_cut_to_the_position_table(models):
@@ -172,30 +172,41 @@ def test_lineage_strip_holds_every_models_strip(models, trigram):
 # ---------------------------------------------------------------------------------------------- 8. context reach
 @pytest.mark.parametrize("kind, reach", [("conv", 4), ("window", 3)])
 def test_the_gradient_vanishes_exactly_outside_the_stated_reach(models, kind, reach):
+    """The prediction made at token 10 reads tokens 10 - reach + 1 .. 10: the gradient of its log-probability is
+    nonzero at each of their embeddings and exactly zero at every other token's."""
     position = 10
     result = views.context_reach(models[kind], TEXT, position)
-    inside = np.arange(position - reach, position)
+    inside = np.arange(position + 1 - reach, position + 1)
     assert result["reach"] == reach
     np.testing.assert_array_equal(np.flatnonzero(result["in_reach"]), inside)
     assert np.all(result["influence"][inside] > 0)
     outside = np.setdiff1d(np.arange(len(result["tokens"])), inside)
     np.testing.assert_array_equal(result["influence"][outside], 0.0)
+    assert result["target"] == result["tokens"][position + 1]
     assert all(p.grad is None for p in models[kind].model.parameters())  # the view leaves no gradients behind
 
 
 @pytest.mark.parametrize("kind", ["gpt", "rnn", "ssm", "hmm"])
-def test_every_earlier_token_reaches_the_others(models, kind):
+def test_every_token_so_far_reaches_the_others(models, kind):
     position = 8
     result = views.context_reach(models[kind], TEXT, position)
-    assert result["reach"] == position
-    np.testing.assert_array_equal(np.flatnonzero(result["in_reach"]), np.arange(position))
-    assert np.all(result["influence"][:position] > 0)
-    np.testing.assert_array_equal(result["influence"][position:], 0.0)
+    assert result["reach"] == position + 1
+    np.testing.assert_array_equal(np.flatnonzero(result["in_reach"]), np.arange(position + 1))
+    assert np.all(result["influence"][: position + 1] > 0)
+    np.testing.assert_array_equal(result["influence"][position + 1 :], 0.0)
+
+
+def test_reach_after_the_text_differentiates_the_most_probable_token(models):
+    loaded = models["window"]
+    last = len(ids_of(loaded.tokenizer)) - 1
+    result = views.context_reach(loaded, TEXT, last)
+    assert result["target"] == views.topk(loaded, TEXT, last, k=1)["tokens"][0]
+    assert np.count_nonzero(result["influence"]) == 3 and result["influence"][last] > 0
 
 
 def test_ngram_reach_is_its_order(trigram):
     result = views.context_reach(trigram, TEXT, 6)
-    np.testing.assert_array_equal(np.flatnonzero(result["in_reach"]), [4, 5])
+    np.testing.assert_array_equal(np.flatnonzero(result["in_reach"]), [5, 6])
     assert np.isnan(result["influence"]).all()
 
 
@@ -277,6 +288,7 @@ def test_every_view_draws_and_writes_csv(models, trigram):
     results = {
         "surprisal": views.surprisal(gpt, TEXT),
         "topk": views.topk(gpt, TEXT, 3),
+        "topk_end": views.topk(gpt, TEXT, len(ids_of(gpt.tokenizer)) - 1),
         "compare": views.compare(trigram, gpt, TEXT),
         "lineage_strip": views.lineage_strip([trigram, gpt], TEXT),
         "context_reach": views.context_reach(models["conv"], TEXT, 6),
@@ -285,7 +297,7 @@ def test_every_view_draws_and_writes_csv(models, trigram):
     }
     for name, result in results.items():
         buffer = io.BytesIO()
-        getattr(views, f"figure_{name}")(result).savefig(buffer, format="png")
+        getattr(views, f"figure_{name.removesuffix('_end')}")(result).savefig(buffer, format="png")
         assert buffer.getvalue()[:8] == b"\x89PNG\r\n\x1a\n", name
         rows = to_csv(result).splitlines()
         assert len(rows) == 1 + len(result.get("row_labels") or result["tokens"]), name

@@ -103,11 +103,11 @@ def _decode(loaded: Loaded, ids) -> list[str]:
     return [loaded.tokenizer.decode([int(i)]) for i in ids]
 
 
-def _check_position(position: int, low: int, high: int, n: int, view: str) -> None:
-    if not low <= position <= high:
+def _check_position(position: int, n: int, view: str) -> None:
+    if not 0 <= position < n:
         raise ValueError(
-            f"{view}: position {position} is outside [{low}, {high}] for a text of {n} tokens (position t is the "
-            "prediction of token t from the tokens before it; the first token has none)."
+            f"{view}: position {position} is outside [0, {n - 1}] for a text of {n} tokens (position t is the "
+            "prediction made after token t, of the token that follows it)."
         )
 
 
@@ -125,24 +125,25 @@ def surprisal(loaded: Loaded, text: str) -> dict:
 
 
 def topk(loaded: Loaded, text: str, position: int, k: int = 10) -> dict:
-    """The k most probable tokens at `position`: the distribution of token `position` given tokens 0..position-1
-    (position = the text's length: the token after the text).
+    """The k most probable next tokens at `position`: the distribution of the token after token `position`, given
+    tokens 0..position (the logits' row `position`; the last position gives the token after the text).
 
     Returns `tokens` and `ids` of the k candidates, most probable first, their `probabilities`, `position`, `actual`
-    (the text's token there, None after the text), its `actual_probability` (2^-bits of the surprisal strip; NaN
-    after the text) and `actual_rank` (1 = the most probable; 0 after the text)."""
+    (the text's next token, None after the text), its `actual_probability` (2^-bits of the surprisal strip at
+    position + 1; NaN after the text) and `actual_rank` (1 = the most probable, ties sharing a rank; 0 after the
+    text)."""
     ids, tokens = _ids(loaded, text, "topk")
-    _check_position(position, 1, len(ids), len(ids), "topk")
-    probs = torch.softmax(_next_scores(loaded, ids[:position]).double(), -1).numpy()
+    _check_position(position, len(ids), "topk")
+    probs = torch.softmax(_next_scores(loaded, ids[: position + 1]).double(), -1).numpy()
     top = np.argsort(-probs, kind="stable")[:k]
-    within = position < len(ids)
-    actual_probability = float(probs[ids[position]]) if within else math.nan
+    within = position + 1 < len(ids)
+    actual_probability = float(probs[ids[position + 1]]) if within else math.nan
     return {
         "tokens": _decode(loaded, top),
         "ids": top.tolist(),
         "probabilities": probs[top],
         "position": position,
-        "actual": tokens[position] if within else None,
+        "actual": tokens[position + 1] if within else None,
         "actual_probability": actual_probability,
         "actual_rank": int(np.sum(probs > actual_probability)) + 1 if within else 0,
     }
@@ -207,22 +208,21 @@ def lineage_strip(loaded_list: list[Loaded], text: str) -> dict:
 
 # ------------------------------------------------------------------------------------------------ 8. context reach
 def _stated_reach(loaded: Loaded, position: int) -> int:
-    """How many tokens before `position` the prediction there can read, by construction."""
+    """How many tokens, ending with token `position`, the prediction made there can read by construction."""
     if loaded.ngram is not None:
-        return min(loaded.ngram.order - 1, position)
+        return min(loaded.ngram.order - 1, position + 1)
     config = loaded.model.config
     if hasattr(config, "receptive_field"):  # the conv LM: its output at t reads t - R + 1 .. t
-        return min(config.receptive_field, position)
-    if hasattr(config, "context_size"):  # the fixed window: the previous n - 1 tokens
-        return min(config.context_size, position)
-    return position  # recurrent, state-space, attention and HMM: every earlier token
+        return min(config.receptive_field, position + 1)
+    if hasattr(config, "context_size"):  # the fixed window: the last n - 1 tokens
+        return min(config.context_size, position + 1)
+    return position + 1  # recurrent, state-space, attention and HMM: every token so far
 
 
-def _influence(model, ids: list[int], position: int) -> np.ndarray:
-    """|d log p(ids[position] | ids[:position]) / d e_s|, the gradient's L2 norm at each input embedding e_s,
-    s < position. The leaf is the input embedding layer's output (what `inputs_embeds` would pass), taken with a
-    forward hook so that the HMM, which accepts token ids only, is measured too; `autograd.grad` leaves the
-    parameters' .grad untouched."""
+def _influence(model, ids: list[int], target: int) -> np.ndarray:
+    """|d log p(target | ids) / d e_s|, the L2 norm of the gradient at each input embedding e_s of `ids`. The leaf is
+    the input embedding layer's output (what `inputs_embeds` would pass), taken with a forward hook so that the HMM,
+    which accepts token ids only, is measured too; `autograd.grad` leaves the parameters' .grad untouched."""
     leaves = []
 
     def as_leaf(module, args, output):
@@ -232,8 +232,8 @@ def _influence(model, ids: list[int], position: int) -> np.ndarray:
     handle = model.get_input_embeddings().register_forward_hook(as_leaf)
     try:
         with torch.enable_grad():
-            logits = model(input_ids=torch.tensor([ids[:position]], device=model.device)).logits
-            log_p = torch.log_softmax(logits[0, -1].float(), -1)[ids[position]]
+            logits = model(input_ids=torch.tensor([ids], device=model.device)).logits
+            log_p = torch.log_softmax(logits[0, -1].float(), -1)[target]
             (gradient,) = torch.autograd.grad(log_p, leaves[0])
     finally:
         handle.remove()
@@ -241,22 +241,27 @@ def _influence(model, ids: list[int], position: int) -> np.ndarray:
 
 
 def context_reach(loaded: Loaded, text: str, position: int) -> dict:
-    """Which earlier tokens can influence the prediction of token `position` (from tokens 0..position-1).
+    """Which tokens can influence the prediction made at `position` (of the token after it, from tokens
+    0..position).
 
-    Returns `tokens`, `ids`, `in_reach` (1 for the tokens the model reads by construction: the conv LM's receptive
-    field of `config.receptive_field` tokens, the window's `context_size`, the n-gram's order - 1, every earlier
-    token for the others; 0 elsewhere, the token at `position` and after included), `influence` (the measured
-    reach: the L2 norm of the gradient of log p(token at position) with respect to each earlier input embedding;
-    0 from `position` on; NaN for the n-gram, which has no gradient), `reach` (the number of tokens in reach),
-    `position` and `target` (the predicted token)."""
+    Returns `tokens`, `ids`, `in_reach` (1 for the tokens the model reads by construction, all ending at `position`:
+    the conv LM's receptive field of `config.receptive_field` tokens, the window's `context_size`, the n-gram's
+    order - 1, every token so far for the others; 0 elsewhere), `influence` (the measured reach: the L2 norm of the
+    gradient of log p(target) with respect to each input embedding; 0 after `position`; NaN for the n-gram, which has
+    no gradient), `reach` (the number of tokens in reach), `position` and `target` (the token whose log-probability is
+    differentiated: the text's next token, or after the text the model's most probable one)."""
     ids, tokens = _ids(loaded, text, "context_reach")
-    _check_position(position, 1, len(ids) - 1, len(ids), "context_reach")
+    _check_position(position, len(ids), "context_reach")
     reach = _stated_reach(loaded, position)
     in_reach = np.zeros(len(ids), dtype=np.int64)
-    in_reach[position - reach : position] = 1
+    in_reach[position + 1 - reach : position + 1] = 1
+    if position + 1 < len(ids):
+        target = ids[position + 1]
+    else:
+        target = int(_next_scores(loaded, ids).argmax())
     influence = np.full(len(ids), np.nan if loaded.ngram is not None else 0.0)
     if loaded.ngram is None:
-        influence[:position] = _influence(loaded.model, ids, position)
+        influence[: position + 1] = _influence(loaded.model, ids[: position + 1], target)
     return {
         "tokens": tokens,
         "ids": ids,
@@ -264,7 +269,7 @@ def context_reach(loaded: Loaded, text: str, position: int) -> dict:
         "influence": influence,
         "reach": reach,
         "position": position,
-        "target": tokens[position],
+        "target": loaded.tokenizer.decode([target]),
     }
 
 
@@ -482,13 +487,13 @@ def figure_lineage_strip(result: dict):
 
 
 def figure_context_reach(result: dict):
-    """The measured influence of each earlier token on the prediction at `position`, over the stated reach."""
+    """The measured influence of each token on the prediction made at `position`, over the stated reach."""
     influence = np.nan_to_num(result["influence"])
     figure, (axes,) = _figure(_width(len(influence)), 3.0)
     position, reach = result["position"], result["reach"]
-    axes.axvspan(position - reach - 0.5, position - 0.5, color="tab:green", alpha=0.15, label=f"reach: {reach} tokens")
+    axes.axvspan(position - reach + 0.5, position + 0.5, color="tab:green", alpha=0.15, label=f"reach: {reach} tokens")
     axes.bar(range(len(influence)), influence, color="tab:blue")
-    axes.axvline(position, color="tab:red", linestyle="--", label=f"predicted: {_label(result['target'])!r}")
+    axes.axvline(position + 0.5, color="tab:red", linestyle="--", label=f"predicts: {_label(result['target'])!r}")
     axes.set_ylabel("|gradient| at the embedding")
     axes.legend(fontsize=8, loc="upper left")
     _token_axis(axes, result["tokens"])
