@@ -465,7 +465,8 @@ def check_batch_tokens(recipe: Recipe, tasks: dict) -> None:
     """`data.batch_tokens` is a positive number of tokens, for sentence pairs trained by `hf-seq train`: packed blocks
     are all data.block_size tokens long, and transformers' Trainer (`hf-seq finetune`) batches by rows."""
     value, task = recipe.data.batch_tokens, tasks[recipe.task]
-    allowed = [name for name, entry in tasks.items() if entry.command == "train" and entry.packing is None]
+    # sentence pairs: a series' windows are all one length too
+    allowed = [n for n, entry in tasks.items() if entry.command == "train" and not (entry.packing or entry.series)]
     key = f"recipe key 'data.batch_tokens': {value!r}"
     if value <= 0:
         raise RecipeError(
@@ -478,11 +479,11 @@ def check_batch_tokens(recipe: Recipe, tasks: dict) -> None:
             f"training.batch_size (data.batch_tokens is for the tasks {allowed})"
         )
     if recipe.task not in allowed:
-        why = (
-            "packs text into blocks of data.block_size tokens, all one length: use training.batch_size"
-            if task.packing
-            else "is trained by transformers' Trainer, which batches training.batch_size rows"
-        )
+        why = "is trained by transformers' Trainer, which batches training.batch_size rows"
+        if task.packing:
+            why = "packs text into blocks of data.block_size tokens, all one length: use training.batch_size"
+        elif task.series:
+            why = "cuts windows of one length (context and prediction): use training.batch_size"
         raise RecipeError(
             f"{key} is for the tasks {allowed} (sentence pairs of different lengths); task {recipe.task!r} {why}"
         )
