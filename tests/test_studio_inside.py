@@ -288,7 +288,7 @@ def test_every_figure_draws(tokenizer, bert_tokenizer):
     figures = [
         inside.figure_recurrent_state(inside.recurrent_state(rnn, TEXT)),
         inside.figure_attention(inside.attention(gpt, TEXT)),
-        inside.figure_attention(seq2seq, "cross_attentions"),
+        inside.figure_attention(seq2seq),  # the Transformer's default: its cross-attention
         inside.figure_attention(seq2seq, "decoder_attentions"),
         inside.figure_fill_mask(inside.fill_mask(bert, "the [MASK] sat")),
         inside.figure_alignment_steps(inside.alignment_steps(bahdanau, TEXT, steps=4), upto=2),

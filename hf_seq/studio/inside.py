@@ -268,8 +268,11 @@ def attention_from(
     return {"tokens": keys, "weight": weights[query], "query": int(query)}
 
 
-def figure_attention(result: dict, name: str = "attentions") -> Figure:
-    """One panel per layer and head (layers down, heads across), queries down and keys across, white = 1."""
+def figure_attention(result: dict, name: str | None = None) -> Figure:
+    """One panel per layer and head (layers down, heads across), queries down and keys across, white = 1; the
+    tokens label the first panel (labelling every panel makes the figure seconds slower). `name`: which weights of
+    the result (default `attentions`, or for the Transformer `cross_attentions`)."""
+    name = name or ("attentions" if "attentions" in result else "cross_attentions")
     weights = result[name]
     layers, heads = weights.shape[:2]
     queries = result["tokens"] if name in ("attentions", "encoder_attentions") else result["target_tokens"]
@@ -279,17 +282,9 @@ def figure_attention(result: dict, name: str = "attentions") -> Figure:
     for layer in range(layers):
         for head in range(heads):
             axes = fig.add_subplot(layers, heads, layer * heads + head + 1)
-            first = head == 0
-            _heatmap(
-                axes,
-                weights[layer, head],
-                queries if first else None,
-                keys if first else None,
-                f"layer {layer}, head {head}",
-                cmap="gray",
-                vmin=0.0,
-                vmax=1.0,
-            )
+            first = layer == head == 0
+            labels = (queries, keys) if first else (None, None)
+            _heatmap(axes, weights[layer, head], *labels, f"layer {layer}, head {head}", cmap="gray", vmin=0, vmax=1)
             if not first:
                 axes.set_xticks([])
                 axes.set_yticks([])
