@@ -181,14 +181,16 @@ _GATE_NAMES = ("input_gate", "forget_gate", "output_gate", "update_gate", "reset
 
 
 def figure_recurrent_state(result: dict) -> Figure:
-    """h (and c) as units x time, then each gate, on the tokens."""
+    """h (and c) as units x time, then each gate, on the tokens: gates on [0, 1], states on a scale symmetric about 0
+    (at least [-1, 1], wider where an LSTM cell or a ReLU state goes past it)."""
     panels = [name for name in ("hidden", "cell", *_GATE_NAMES) if name in result]
     tokens = result["tokens"]
-    fig = _figure(_along(len(tokens)), 2.2 * len(panels))
+    fig = _figure(_along(len(tokens)), 1.8 * len(panels))
     for row, name in enumerate(panels):
         axes = fig.add_subplot(len(panels), 1, row + 1)
+        bound = max(1.0, float(np.abs(result[name]).max()))
         gate = name.endswith("gate")
-        limits = dict(vmin=0.0, vmax=1.0, cmap="viridis") if gate else dict(vmin=-1.0, vmax=1.0, cmap="RdBu_r")
+        limits = dict(vmin=0.0, vmax=1.0, cmap="viridis") if gate else dict(vmin=-bound, vmax=bound, cmap="RdBu_r")
         image = _heatmap(axes, result[name], columns=tokens if row == len(panels) - 1 else None, title=name, **limits)
         axes.set_ylabel("unit", fontsize=7)
         if row < len(panels) - 1:
