@@ -158,6 +158,10 @@ def test_transformer_attention_on_a_given_target(tokenizer):
     average = inside.cross_attention_average(loaded, TEXT, target="the dog ran")
     np.testing.assert_allclose(average["matrix"], result["cross_attentions"].mean((0, 1)), atol=1e-7)
     rows_sum_to_one(average["matrix"])
+    reads = inside.attention_from(result, query=1, name="decoder_attentions", layer=0, head=3)
+    assert reads["tokens"] == result["decoder_tokens"] and reads["weight"][2:].sum() == 0  # a query reads its past
+    with pytest.raises(ValueError, match="the target has no tokens"):
+        inside.attention(loaded, TEXT, target="")
     assert to_csv(average).splitlines()[0].split(",")[1:] == average["column_labels"]
 
 

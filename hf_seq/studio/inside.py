@@ -209,6 +209,8 @@ def _translation(loaded: Loaded, source_ids: list[int], target: str | None, max_
     """The target ids an encoder-decoder writes for the source: `target`'s own, or the model's greedy decoding."""
     if target is not None:
         ids, _ = encode(loaded, target)
+        if not ids:
+            raise ValueError(f"{loaded.name}: the target has no tokens under its tokenizer; type a target.")
         return ids
     generated = loaded.model.generate(
         input_ids=_batch(loaded, source_ids), max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
