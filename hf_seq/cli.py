@@ -267,7 +267,7 @@ def cmd_generate(args) -> None:
 def cmd_studio(args) -> None:
     from hf_seq.studio.app import serve
 
-    serve(args.folders, args.demo, args.host, args.port, args.root_path, args.max_tokens)
+    serve(args.folders, args.demo, args.host, args.port, args.root_path)
 
 
 def _at_least(low: int):
@@ -482,7 +482,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="the address to serve on (default: this machine only)")
     p.add_argument("--port", type=_at_least(1), default=7860)
     p.add_argument("--root-path", help="the path the page is served under behind a proxy (a course server)")
-    p.add_argument("--max-tokens", type=_at_least(1), default=512, help="the views read at most this many tokens")
     p.set_defaults(func=cmd_studio)
 
     p = commands.add_parser("push", help="check a saved model loads without hf-seq, then upload it to the Hub")

@@ -1,0 +1,216 @@
+"""The studio's web page: one tab per view of `tokens.py` and `inside.py`, on the models loaded from run folders (or
+the `--demo` models). Gradio lays the views out; every number comes from the view functions, so the page shows what
+a notebook calling them would. Offline by default: analytics off, no share link, the bundled theme (no web fonts),
+bound to 127.0.0.1, one queue (a room of students waits its turn instead of stalling the machine).
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+from hf_seq.errors import InvalidValueError, MissingFileError
+from hf_seq.studio import inside, tokens
+from hf_seq.studio.views import MAX_TOKENS, Loaded, to_csv
+
+OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "localhost,127.0.0.1",
+           "no_proxy": "localhost,127.0.0.1"}  # fmt: skip
+EXAMPLE = "def read_file(path):\n    with open(path) as f:\n        return f.read()\n"
+LANGUAGE_MODELS = ("gpt", "rnn", "ssm", "conv", "window", "hmm", "ngram")
+QUEUE_SIZE = 64  # requests waiting beyond this are turned away with a message
+
+
+def load(source: str) -> Loaded:
+    """A run folder (or a Hub id) as the studio shows it: safetensors weights only (the refusals `hf-seq generate`
+    makes), the class the folder was saved as, its tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from hf_seq.registry import family
+
+    path = Path(source)
+    if path.exists() and not (path / "config.json").is_file():
+        raise MissingFileError(f"studio: {source} holds no config.json: give the output_dir of a run (hf-seq train)")
+    if not path.exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
+        raise MissingFileError(f"studio: {source} does not exist (give a run folder or a Hub name user/model)")
+    if path.is_dir():
+        from hf_seq.checksums import verify_checksums
+
+        verify_checksums(path)
+    config = AutoConfig.from_pretrained(source)
+    try:
+        fam = family(config.model_type)
+    except KeyError:
+        raise InvalidValueError(f"studio: {source} is a {config.model_type!r} model, not an hf-seq family") from None
+    saved = (config.architectures or [""])[0]
+    auto = next((a for a, name in fam.models.items() if name == saved), None)
+    if auto is None or auto == "AutoModelForTimeSeriesPrediction":
+        raise InvalidValueError(f"studio: {source} holds a {saved or 'bare'} model; the studio reads language models "
+                                "and encoder-decoders (their *ForCausalLM, *ForMaskedLM or *ForConditionalGeneration)")  # fmt: skip
+    model = fam.model_class(auto).from_pretrained(source).eval()
+    return Loaded(path.name if path.exists() else source, model, AutoTokenizer.from_pretrained(source), fam.name)
+
+
+def _names(models: list[Loaded], kinds) -> list[str]:
+    return [m.name for m in models if m.kind in kinds]
+
+
+def build(models: list[Loaded]):
+    """The Gradio Blocks of the studio on `models`. The views read at most `views.MAX_TOKENS` tokens of the text (and
+    no more than a model's position table holds); the page says so."""
+    import gradio as gr
+
+    by_name = {m.name: m for m in models}
+    folder = Path(tempfile.mkdtemp(prefix="hf-seq-studio-"))
+
+    def pick(name: str) -> Loaded:
+        if name not in by_name:
+            raise gr.Error(f"choose a model (loaded: {', '.join(by_name)})")
+        return by_name[name]
+
+    def checked(text: str) -> str:
+        if not text or not text.strip():
+            raise gr.Error("type some text first")
+        return text
+
+    def shown(key: str, result: dict, figure):
+        """(the figure, its PNG and the view's CSV as downloads)."""
+        fig = figure(result)
+        png, csv = folder / f"{key}.png", folder / f"{key}.csv"
+        fig.savefig(png, dpi=110, bbox_inches="tight")
+        csv.write_text(to_csv(result))
+        return fig, str(png), str(csv)
+
+    def plot_tab(key: str, title: str, kinds, inputs: list, compute, figure, note: str = "", only=None):
+        """A tab: a model menu (of `kinds`, and those `only(model)` accepts), the view's own inputs, a Show button,
+        the plot and two downloads."""
+        with gr.Tab(title, id=key):
+            if note:
+                gr.Markdown(note)
+            names = [m.name for m in models if m.kind in kinds and (only is None or only(m))]
+            choice = gr.Dropdown(names, value=names[0] if names else None, label="model")
+            extra = [make() for make in inputs]
+            button = gr.Button("Show", variant="primary")
+            plot = gr.Plot(label=title)
+            with gr.Row():
+                png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+            run = lambda name, text, *args: shown(key, compute(pick(name), checked(text), *args), figure)  # noqa: E731
+            button.click(run, [choice, text, *extra], [plot, png, csv], api_name=key)
+        return choice
+
+    with gr.Blocks(title="hf-seq studio", analytics_enabled=False) as app:
+        gr.Markdown(f"# hf-seq studio\nThe models' insides on one text: {', '.join(by_name)}. The views read at most "
+                    f"{MAX_TOKENS} tokens of it (fewer for a model with fewer positions).")  # fmt: skip
+        text = gr.Textbox(EXAMPLE, lines=4, label="text", max_length=8 * MAX_TOKENS)
+        with gr.Tabs():
+            with gr.Tab("Surprisal", id="surprisal"):
+                names = _names(models, LANGUAGE_MODELS)
+                model = gr.Dropdown(names, value=names[0] if names else None, label="model")
+                strip = gr.HighlightedText(label="bits per token (click a token for the next-token top-k)",
+                                           combine_adjacent=False, show_legend=False)  # fmt: skip
+                top = gr.Dataframe(headers=["next token", "probability"], label="top-k after the clicked token")
+                button = gr.Button("Show", variant="primary")
+                plot = gr.Plot(label="surprisal")
+                with gr.Row():
+                    png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+
+                def surprisal(name, value):
+                    result = tokens.surprisal(pick(name), checked(value))
+                    bits = [b for b in result["bits"] if b == b]  # the first token has no prediction (NaN)
+                    scale = max(bits) if bits else 1.0
+                    marks = [(t, (b / scale if b == b else None)) for t, b in zip(result["tokens"], result["bits"])]
+                    return marks, *shown("surprisal", result, tokens.figure_surprisal)
+
+                def topk(name, value, event: gr.SelectData):
+                    result = tokens.topk(pick(name), checked(value), event.index)
+                    return [[t, round(float(p), 4)] for t, p in zip(result["tokens"], result["probabilities"])]
+
+                button.click(surprisal, [model, text], [strip, plot, png, csv], api_name="surprisal")
+                strip.select(topk, [model, text], top)
+
+            plot_tab("compare", "Two models", LANGUAGE_MODELS, [lambda: gr.Dropdown(
+                _names(models, LANGUAGE_MODELS), value=(_names(models, LANGUAGE_MODELS) or [None])[-1], label="against")],
+                lambda a, value, b: tokens.compare(a, pick(b), value), tokens.figure_compare)  # fmt: skip
+            with gr.Tab("Lineage strip", id="lineage"):
+                button = gr.Button("Show every language model", variant="primary")
+                plot = gr.Plot(label="bits per token, one row per model")
+                with gr.Row():
+                    png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+                strip_models = [m for m in models if m.kind in LANGUAGE_MODELS]
+                button.click(lambda value: shown("lineage", tokens.lineage_strip(strip_models, checked(value)),
+                                                 tokens.figure_lineage_strip), [text], [plot, png, csv],
+                             api_name="lineage")  # fmt: skip
+            plot_tab(
+                "recurrent", "Recurrent state", ("rnn",), [], inside.recurrent_state, inside.figure_recurrent_state
+            )
+            plot_tab("attention", "Attention", ("gpt", "bert", "transformer"), [], inside.attention,
+                     inside.figure_attention)  # fmt: skip
+            plot_tab("alignment", "Alignment", ("bahdanau",),
+                     [lambda: gr.Slider(1, 32, value=12, step=1, label="steps"),
+                      lambda: gr.Slider(1, 5, value=1, step=1, label="beams")],
+                     lambda m, value, steps, beams: inside.alignment_steps(m, value, int(steps), int(beams)),
+                     inside.figure_alignment_steps,
+                     note="The encoder-decoders read the text as a source: the demo's were trained on dates, e.g. "
+                          "`Thu, Mar 5, 1998`.")  # fmt: skip
+            plot_tab(
+                "fill",
+                "Fill the mask",
+                ("bert",),
+                [],
+                inside.fill_mask,
+                inside.figure_fill_mask,
+                note="BERT fills the first `[MASK]` written in the text (e.g. `def [MASK](path):`).",
+            )
+            plot_tab(
+                "cross",
+                "Cross-attention",
+                ("transformer",),
+                [],
+                inside.cross_attention_average,
+                inside.figure_cross_attention_average,
+                note="The Transformer's cross-attention, averaged over layers and heads, on its own translation "
+                "of the text: the alignment of the Alignment tab, the attention way.",
+            )
+            plot_tab("ssm", "State space", ("ssm",), [], inside.ssm_inside, inside.figure_ssm_inside)
+            plot_tab("scan", "Scan = convolution", ("ssm",), [], inside.scan_vs_convolution,
+                     inside.figure_scan_vs_convolution, only=lambda m: m.model.config.ssm_type == "s4d",
+                     note="S4D's layer computed by its convolution (training) and by its recurrence (generation) on "
+                          "the same text: the same numbers.")  # fmt: skip
+            plot_tab("reach", "Context reach", LANGUAGE_MODELS,
+                     [lambda: gr.Number(8, precision=0, label="position (token index)")],
+                     lambda m, value, position: tokens.context_reach(m, value, int(position)),
+                     tokens.figure_context_reach)  # fmt: skip
+            plot_tab("ngram", "n-gram back-off", ("ngram",), [], tokens.ngram_backoff, tokens.figure_ngram_backoff)
+            plot_tab("sampling", "Sampling", LANGUAGE_MODELS,
+                     [lambda: gr.Slider(0.1, 2.0, value=1.0, label="temperature"),
+                      lambda: gr.Slider(0, 100, value=0, step=1, label="top-k (0: off)"),
+                      lambda: gr.Slider(0.05, 1.0, value=1.0, label="top-p"),
+                      lambda: gr.Number(0, precision=0, label="seed")],
+                     lambda m, value, t, k, p, seed: tokens.sampling(m, value, t, int(k), p, int(seed)),
+                     tokens.figure_sampling)  # fmt: skip
+    app.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
+    return app
+
+
+def serve(sources: list[str], demo: bool, host: str, port: int, root_path: str | None, models=()):
+    """`hf-seq studio`: load (or train) the models, build the page, serve it until Ctrl-C. `models`: `Loaded` models
+    shown beside those (from a notebook)."""
+    os.environ.update(OFFLINE)
+    try:
+        import gradio  # noqa: F401
+    except ImportError:
+        raise MissingFileError('hf-seq studio needs Gradio, an optional extra: pip install "hf-seq[studio]"') from None
+    models = [*models, *(load(source) for source in sources)]
+    if demo:
+        from hf_seq.studio.demo import demo_models
+
+        models += demo_models()
+    if not models:
+        raise InvalidValueError("studio: give run folders (hf-seq studio RUN_DIR ...) or --demo")
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise InvalidValueError(f"studio: two models share a name ({names}): give folders with different names")
+    app = build(models)
+    try:
+        app.launch(server_name=host, server_port=port, root_path=root_path or "", share=False,
+                   inbrowser=False, ssr_mode=False)  # fmt: skip
+    except OSError as error:
+        raise InvalidValueError(f"studio: cannot serve on {host}:{port} ({error}); give another --port") from None
