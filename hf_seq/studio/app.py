@@ -101,91 +101,103 @@ def build(models: list[Loaded]):
                     f"{MAX_TOKENS} tokens of it (fewer for a model with fewer positions).")  # fmt: skip
         text = gr.Textbox(EXAMPLE, lines=4, label="text", max_length=8 * MAX_TOKENS)
         with gr.Tabs():
-            with gr.Tab("Surprisal", id="surprisal"):
-                names = _names(models, LANGUAGE_MODELS)
-                model = gr.Dropdown(names, value=names[0] if names else None, label="model")
-                strip = gr.HighlightedText(label="bits per token (click a token for the next-token top-k)",
-                                           combine_adjacent=False, show_legend=False)  # fmt: skip
-                top = gr.Dataframe(headers=["next token", "probability"], label="top-k after the clicked token")
-                button = gr.Button("Show", variant="primary")
-                plot = gr.Plot(label="surprisal")
-                with gr.Row():
-                    png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+            with gr.Tab("What the models predict", id="predictions"):
+                with gr.Tabs():
+                    with gr.Tab("Surprisal", id="surprisal"):
+                        names = _names(models, LANGUAGE_MODELS)
+                        model = gr.Dropdown(names, value=names[0] if names else None, label="model")
+                        strip = gr.HighlightedText(label="bits per token (click a token for the next-token top-k)",
+                                                   combine_adjacent=False, show_legend=False)  # fmt: skip
+                        top = gr.Dataframe(headers=["next token", "probability"], label="top-k after the clicked token")
+                        button = gr.Button("Show", variant="primary")
+                        plot = gr.Plot(label="surprisal")
+                        with gr.Row():
+                            png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
 
-                def surprisal(name, value):
-                    result = tokens.surprisal(pick(name), checked(value))
-                    bits = [b for b in result["bits"] if b == b]  # the first token has no prediction (NaN)
-                    scale = max(bits) if bits else 1.0
-                    marks = [(t, (b / scale if b == b else None)) for t, b in zip(result["tokens"], result["bits"])]
-                    return marks, *shown("surprisal", result, tokens.figure_surprisal)
+                        def surprisal(name, value):
+                            result = tokens.surprisal(pick(name), checked(value))
+                            bits = [b for b in result["bits"] if b == b]  # the first token has no prediction (NaN)
+                            scale = max(bits) if bits else 1.0
+                            marks = [
+                                (t, (b / scale if b == b else None)) for t, b in zip(result["tokens"], result["bits"])
+                            ]
+                            return marks, *shown("surprisal", result, tokens.figure_surprisal)
 
-                def topk(name, value, event: gr.SelectData):
-                    result = tokens.topk(pick(name), checked(value), event.index)
-                    return [[t, round(float(p), 4)] for t, p in zip(result["tokens"], result["probabilities"])]
+                        def topk(name, value, event: gr.SelectData):
+                            result = tokens.topk(pick(name), checked(value), event.index)
+                            return [[t, round(float(p), 4)] for t, p in zip(result["tokens"], result["probabilities"])]
 
-                button.click(surprisal, [model, text], [strip, plot, png, csv], api_name="surprisal")
-                strip.select(topk, [model, text], top)
-
-            plot_tab("compare", "Two models", LANGUAGE_MODELS, [lambda: gr.Dropdown(
-                _names(models, LANGUAGE_MODELS), value=(_names(models, LANGUAGE_MODELS) or [None])[-1], label="against")],
-                lambda a, value, b: tokens.compare(a, pick(b), value), tokens.figure_compare)  # fmt: skip
-            with gr.Tab("Lineage strip", id="lineage"):
-                button = gr.Button("Show every language model", variant="primary")
-                plot = gr.Plot(label="bits per token, one row per model")
-                with gr.Row():
-                    png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
-                strip_models = [m for m in models if m.kind in LANGUAGE_MODELS]
-                button.click(lambda value: shown("lineage", tokens.lineage_strip(strip_models, checked(value)),
-                                                 tokens.figure_lineage_strip), [text], [plot, png, csv],
-                             api_name="lineage")  # fmt: skip
-            plot_tab(
-                "recurrent", "Recurrent state", ("rnn",), [], inside.recurrent_state, inside.figure_recurrent_state
-            )
-            plot_tab("attention", "Attention", ("gpt", "bert", "transformer"), [], inside.attention,
-                     inside.figure_attention)  # fmt: skip
-            plot_tab("alignment", "Alignment", ("bahdanau",),
-                     [lambda: gr.Slider(1, 32, value=12, step=1, label="steps"),
-                      lambda: gr.Slider(1, 5, value=1, step=1, label="beams")],
-                     lambda m, value, steps, beams: inside.alignment_steps(m, value, int(steps), int(beams)),
-                     inside.figure_alignment_steps,
-                     note="The encoder-decoders read the text as a source: the demo's were trained on dates, e.g. "
-                          "`Thu, Mar 5, 1998`.")  # fmt: skip
-            plot_tab(
-                "fill",
-                "Fill the mask",
-                ("bert",),
-                [],
-                inside.fill_mask,
-                inside.figure_fill_mask,
-                note="BERT fills the first `[MASK]` written in the text (e.g. `def [MASK](path):`).",
-            )
-            plot_tab(
-                "cross",
-                "Cross-attention",
-                ("transformer",),
-                [],
-                inside.cross_attention_average,
-                inside.figure_cross_attention_average,
-                note="The Transformer's cross-attention, averaged over layers and heads, on its own translation "
-                "of the text: the alignment of the Alignment tab, the attention way.",
-            )
-            plot_tab("ssm", "State space", ("ssm",), [], inside.ssm_inside, inside.figure_ssm_inside)
-            plot_tab("scan", "Scan = convolution", ("ssm",), [], inside.scan_vs_convolution,
-                     inside.figure_scan_vs_convolution, only=lambda m: m.model.config.ssm_type == "s4d",
-                     note="S4D's layer computed by its convolution (training) and by its recurrence (generation) on "
-                          "the same text: the same numbers.")  # fmt: skip
-            plot_tab("reach", "Context reach", LANGUAGE_MODELS,
-                     [lambda: gr.Number(8, precision=0, label="position (token index)")],
-                     lambda m, value, position: tokens.context_reach(m, value, int(position)),
-                     tokens.figure_context_reach)  # fmt: skip
-            plot_tab("ngram", "n-gram back-off", ("ngram",), [], tokens.ngram_backoff, tokens.figure_ngram_backoff)
-            plot_tab("sampling", "Sampling", LANGUAGE_MODELS,
-                     [lambda: gr.Slider(0.1, 2.0, value=1.0, label="temperature"),
-                      lambda: gr.Slider(0, 100, value=0, step=1, label="top-k (0: off)"),
-                      lambda: gr.Slider(0.05, 1.0, value=1.0, label="top-p"),
-                      lambda: gr.Number(0, precision=0, label="seed")],
-                     lambda m, value, t, k, p, seed: tokens.sampling(m, value, t, int(k), p, int(seed)),
-                     tokens.figure_sampling)  # fmt: skip
+                        button.click(surprisal, [model, text], [strip, plot, png, csv], api_name="surprisal")
+                        strip.select(topk, [model, text], top)
+                    plot_tab("compare", "Two models", LANGUAGE_MODELS, [lambda: gr.Dropdown(
+                        _names(models, LANGUAGE_MODELS), value=(_names(models, LANGUAGE_MODELS) or [None])[-1], label="against")],
+                        lambda a, value, b: tokens.compare(a, pick(b), value), tokens.figure_compare)  # fmt: skip
+                    with gr.Tab("Lineage strip", id="lineage"):
+                        button = gr.Button("Show every language model", variant="primary")
+                        plot = gr.Plot(label="bits per token, one row per model")
+                        with gr.Row():
+                            png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+                        strip_models = [m for m in models if m.kind in LANGUAGE_MODELS]
+                        button.click(lambda value: shown("lineage", tokens.lineage_strip(strip_models, checked(value)),
+                                                         tokens.figure_lineage_strip), [text], [plot, png, csv],
+                                     api_name="lineage")  # fmt: skip
+                    plot_tab("reach", "Context reach", LANGUAGE_MODELS,
+                             [lambda: gr.Number(8, precision=0, label="position (token index)")],
+                             lambda m, value, position: tokens.context_reach(m, value, int(position)),
+                             tokens.figure_context_reach)  # fmt: skip
+                    plot_tab(
+                        "ngram", "n-gram back-off", ("ngram",), [], tokens.ngram_backoff, tokens.figure_ngram_backoff
+                    )
+                    plot_tab("sampling", "Sampling", LANGUAGE_MODELS,
+                             [lambda: gr.Slider(0.1, 2.0, value=1.0, label="temperature"),
+                              lambda: gr.Slider(0, 100, value=0, step=1, label="top-k (0: off)"),
+                              lambda: gr.Slider(0.05, 1.0, value=1.0, label="top-p"),
+                              lambda: gr.Number(0, precision=0, label="seed")],
+                             lambda m, value, t, k, p, seed: tokens.sampling(m, value, t, int(k), p, int(seed)),
+                             tokens.figure_sampling)  # fmt: skip
+            with gr.Tab("Inside the models", id="insides"):
+                with gr.Tabs():
+                    plot_tab(
+                        "recurrent",
+                        "Recurrent state",
+                        ("rnn",),
+                        [],
+                        inside.recurrent_state,
+                        inside.figure_recurrent_state,
+                    )
+                    plot_tab("attention", "Attention", ("gpt", "bert", "transformer"), [], inside.attention,
+                             inside.figure_attention)  # fmt: skip
+                    plot_tab(
+                        "fill",
+                        "Fill the mask",
+                        ("bert",),
+                        [],
+                        inside.fill_mask,
+                        inside.figure_fill_mask,
+                        note="BERT fills the first `[MASK]` written in the text (e.g. `def [MASK](path):`).",
+                    )
+                    plot_tab("alignment", "Alignment", ("bahdanau",),
+                             [lambda: gr.Slider(1, 32, value=12, step=1, label="steps"),
+                              lambda: gr.Slider(1, 5, value=1, step=1, label="beams")],
+                             lambda m, value, steps, beams: inside.alignment_steps(m, value, int(steps), int(beams)),
+                             inside.figure_alignment_steps,
+                             note="The encoder-decoders read the text as a source: the demo's were trained on dates, e.g. "
+                                  "`Thu, Mar 5, 1998`.")  # fmt: skip
+                    plot_tab(
+                        "cross",
+                        "Cross-attention",
+                        ("transformer",),
+                        [],
+                        inside.cross_attention_average,
+                        inside.figure_cross_attention_average,
+                        note="The Transformer's cross-attention, averaged over layers and heads, on its own translation "
+                        "of the text: the alignment of the Alignment tab, the attention way.",
+                    )
+                    plot_tab("ssm", "State space", ("ssm",), [], inside.ssm_inside, inside.figure_ssm_inside)
+                    plot_tab("scan", "Scan = convolution", ("ssm",), [], inside.scan_vs_convolution,
+                             inside.figure_scan_vs_convolution, only=lambda m: m.model.config.ssm_type == "s4d",
+                             note="S4D's layer computed by its convolution (training) and by its recurrence (generation) on "
+                                  "the same text: the same numbers.")  # fmt: skip
     app.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     return app
 

@@ -1,0 +1,162 @@
+"""The studio in a real browser (the system Chromium over the DevTools protocol, as the docs test drives it): type a
+sentence, open every view, and check that each plot loaded, the token strip holds the text's tokens, the console
+stayed clean and no request left 127.0.0.1.
+
+The documentation's screenshots come from this test: `HF_SEQ_STUDIO_SCREENSHOTS=docs/studio` writes one per view
+there, and `HF_SEQ_STUDIO_DEMO=1` shows the `--demo` models (trained for a minute) instead of untrained tiny ones.
+"""
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_docs import Browser
+from tests.test_studio_app import TEXT, free_port, models  # noqa: F401  (the tiny models fixture)
+
+pytestmark = pytest.mark.docs
+pytest.importorskip("gradio")
+
+DATE = "Thu, Mar 5, 1998"
+# (outer tab, inner tab, the text to type): each view on the first model of its menu
+VIEWS = [
+    ("predictions", "surprisal", TEXT),
+    ("predictions", "compare", TEXT),
+    ("predictions", "lineage", TEXT),
+    ("predictions", "reach", TEXT),
+    ("predictions", "ngram", TEXT),
+    ("predictions", "sampling", TEXT),
+    ("insides", "recurrent", TEXT),
+    ("insides", "attention", TEXT),
+    ("insides", "fill", "def [MASK](path):"),
+    ("insides", "alignment", DATE),
+    ("insides", "cross", DATE),
+    ("insides", "ssm", TEXT),
+    ("insides", "scan", TEXT),
+]
+
+TYPE = """((text) => { const box = document.querySelector('textarea[data-testid="textbox"]');
+  box.value = text; box.dispatchEvent(new Event('input', {bubbles: true})); return box.value; })(%r)"""
+CLICK_TAB = "document.querySelector('[data-tab-id=\"%s\"]').click()"
+VISIBLE = "[...document.querySelectorAll('%s')].filter(e => e.offsetParent !== null)"
+PLOT = VISIBLE % '[data-testid="matplotlib"] img' + ".map(img => [img.naturalWidth, img.src.slice(0, 30)])"
+SHOW = VISIBLE % "button" + ".filter(b => b.textContent.trim().startsWith('Show'))[0].click()"
+STRIP = VISIBLE % '[data-testid="highlighted-text"] .text' + ".map(e => e.textContent)"
+
+
+@pytest.fixture(scope="module")
+def studio(models):  # noqa: F811
+    from hf_seq.studio.app import OFFLINE, build
+
+    os.environ.update(OFFLINE)
+    if os.environ.get("HF_SEQ_STUDIO_DEMO"):
+        from hf_seq.studio.demo import demo_models
+
+        models = demo_models(say=lambda *a: None)
+    app = build(models)
+    _, url, _ = app.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, ssr_mode=False)
+    yield url, models
+    app.close()
+
+
+class Page:
+    def __init__(self, browser: Browser, url: str):
+        self.browser = browser
+        target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+        self.session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            browser.send(f"{domain}.enable", self.session)
+        browser.send("Emulation.setDeviceMetricsOverride", self.session, width=1400, height=1500,
+                     deviceScaleFactor=1, mobile=False)  # fmt: skip
+        browser.send("Page.navigate", self.session, url=url)
+        browser.wait_for("Page.loadEventFired", self.session)
+        self.until("document.querySelector('textarea[data-testid=\"textbox\"]') !== null", "the page to render")
+
+    def js(self, expression: str):
+        reply = self.browser.send("Runtime.evaluate", self.session, expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in reply, reply["exceptionDetails"]
+        return reply["result"].get("value")
+
+    def until(self, expression: str, what: str, timeout: float = 60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.js(expression)
+            if value:
+                return value
+            time.sleep(0.2)
+        raise TimeoutError(f"waited {timeout} s for {what}")
+
+    def screenshot(self, path: Path):
+        import base64
+
+        data = self.browser.send("Page.captureScreenshot", self.session, format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def problems(self, origin: str) -> list[str]:
+        self.js("1")  # collect the events sent meanwhile
+        found = []
+        for event in self.browser.events:
+            if event.get("sessionId") != self.session:
+                continue
+            params = event.get("params", {})
+            if event["method"] == "Runtime.exceptionThrown":
+                found.append(f"exception: {params['exceptionDetails'].get('text')}")
+            elif event["method"] == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+                found.append(f"console.{params['type']}: {[arg.get('value') for arg in params['args']]}")
+            elif event["method"] == "Log.entryAdded" and params["entry"]["level"] == "error":
+                found.append(f"console error: {params['entry']['text']}")
+            elif event["method"] == "Network.requestWillBeSent":
+                url = params["request"]["url"]
+                if not url.startswith((origin, "data:", "blob:", "about:", "ws://127.0.0.1")):
+                    found.append(f"request outside 127.0.0.1: {url}")
+        return found
+
+
+def test_every_view_in_a_browser(studio, tmp_path):
+    from hf_seq.studio import tokens
+    from hf_seq.studio.app import LANGUAGE_MODELS
+
+    url, shown_models = studio
+    browser = Browser(tmp_path / "profile")
+    shots = Path(os.environ.get("HF_SEQ_STUDIO_SCREENSHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    try:
+        page = Page(browser, url)
+        for outer, inner, text in VIEWS:
+            page.js(CLICK_TAB % outer)
+            page.js(CLICK_TAB % inner)
+            page.until(VISIBLE % "button" + ".some(b => b.textContent.trim().startsWith('Show'))", f"{inner}'s button")
+            assert page.js(TYPE % text) == text
+            before = json.dumps(json.dumps(page.js(PLOT)))  # a JS string literal of the plots shown so far
+            page.js(SHOW)
+            changed = (
+                f"(() => {{ const now = {PLOT}; return JSON.stringify(now) !== {before} && now.length && now; }})()"
+            )
+            loaded = page.until(changed, f"the {inner} plot")
+            assert loaded[0][0] > 100, (inner, loaded)  # a drawn figure, not an icon
+            if inner == "surprisal":
+                shown = page.until(STRIP, "the token strip")
+                first = next(m for m in shown_models if m.kind in LANGUAGE_MODELS)  # the menu's first
+                assert shown == tokens.surprisal(first, text)["tokens"]
+            page.screenshot(shots / f"{inner}.png")
+        assert page.problems(url.rstrip("/")) == []
+    finally:
+        browser.close()
+    assert len(list(shots.glob("*.png"))) == len(VIEWS)
+
+
+def test_the_check_fails_on_a_request_outside(studio, tmp_path):
+    """The problem list is not blind: a request to another host is reported."""
+    url, _ = studio
+    browser = Browser(tmp_path / "profile")
+    try:
+        page = Page(browser, url)
+        page.js("fetch('http://192.0.2.1/x').catch(() => null); 1")
+        time.sleep(0.5)
+        assert any("request outside 127.0.0.1: http://192.0.2.1/x" in p for p in page.problems(url.rstrip("/")))
+    finally:
+        browser.close()
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
