@@ -68,6 +68,8 @@ TOOLS = {
     "hf_seq.models.prediction": "Forecasting heads: lagged values in, a distribution over the next value out",
     "hf_seq.forecasting": "Forecasting metrics, the classical benchmarks, AR(p) and the CO2 series",
     "hf_seq.series": "Series for the time_series task: reading, splits in time, training windows",
+    "hf_seq.studio.tokens": "The studio's views: what the models predict, token by token",
+    "hf_seq.studio.inside": "The studio's views: the models' states, gates, attention and scans",
     "hf_seq.tokenization": "Tokenizers",
     "hf_seq.evaluation": "Evaluation",
     "hf_seq.convert": "Conversion to and from transformers",
