@@ -62,6 +62,13 @@ def studio(models):  # noqa: F811
     app.close()
 
 
+def tokens_of(loaded_models, kind: str, text: str) -> list[str]:
+    """The token strings the first model of `kind` reads in `text` (what its strips show)."""
+    from hf_seq.studio.views import encode
+
+    return encode(next(m for m in loaded_models if m.kind == kind), text)[1]
+
+
 class Page:
     def __init__(self, browser: Browser, url: str):
         self.browser = browser
@@ -137,6 +144,18 @@ def test_every_view_in_a_browser(studio, tmp_path):
             )
             loaded = page.until(changed, f"the {inner} plot")
             assert loaded[0][0] > 100, (inner, loaded)  # a drawn figure, not an icon
+            if inner == "recurrent":  # the text coloured by one unit
+                assert page.until(STRIP, "the unit's strip") == tokens_of(shown_models, "rnn", text)
+            if inner == "attention":  # click a query token: its keys light up in the second strip
+                page.until(STRIP, "the query strip")
+                page.js(VISIBLE % '[data-testid="highlighted-text"] .token' + "[2].click()")
+                lit = page.until(f"{STRIP}.length > {len(tokens_of(shown_models, 'gpt', text))} && {STRIP}",
+                                 "the keys of the clicked query")  # fmt: skip
+                assert lit[len(lit) // 2 :] == tokens_of(shown_models, "gpt", text)
+            if inner == "alignment":  # one target word per click
+                before = json.dumps(json.dumps(page.js(PLOT)))
+                page.js(VISIBLE % "button" + ".find(b => b.textContent.trim() === 'Next word').click()")
+                page.until(f"JSON.stringify({PLOT}) !== {before}", "the first word's alignment")
             if inner == "surprisal":
                 shown = page.until(STRIP, "the token strip")
                 first = next(m for m in shown_models if m.kind in LANGUAGE_MODELS)  # the menu's first

@@ -79,9 +79,10 @@ def build(models: list[Loaded]):
         csv.write_text(to_csv(result))
         return fig, str(png), str(csv)
 
-    def plot_tab(key: str, title: str, kinds, inputs: list, compute, figure, note: str = "", only=None):
+    def plot_tab(key: str, title: str, kinds, inputs: list, compute, figure, note: str = "", only=None, more=None):
         """A tab: a model menu (of `kinds`, and those `only(model)` accepts), the view's own inputs, a Show button,
-        the plot and two downloads."""
+        the plot and two downloads; `more(result, shown, plot)` adds the tab's interactions on the view's last
+        result (a `gr.State`) after the Show event `shown`."""
         with gr.Tab(title, id=key):
             if note:
                 gr.Markdown(note)
@@ -92,9 +93,60 @@ def build(models: list[Loaded]):
             plot = gr.Plot(label=title)
             with gr.Row():
                 png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
-            run = lambda name, text, *args: shown(key, compute(pick(name), checked(text), *args), figure)  # noqa: E731
-            button.click(run, [choice, text, *extra], [plot, png, csv], api_name=key)
+            result = gr.State()
+
+            def run(name, value, *args):
+                computed = compute(pick(name), checked(value), *args)
+                return (*shown(key, computed, figure), computed)
+
+            event = button.click(run, [choice, text, *extra], [plot, png, csv, result], api_name=key)
+            if more:
+                more(result, event, plot)
         return choice
+
+    def unit_strip(result, event, plot):
+        """Recurrent state: the text coloured by one unit's h."""
+        unit = gr.Number(0, precision=0, label="unit (colour the text by its state h)")
+        strip = gr.HighlightedText(label="the text, coloured by the unit's h (-1 to 1)", combine_adjacent=False,
+                                   show_legend=False)  # fmt: skip
+
+        def colour(last, index):
+            if last is None:
+                return []
+            values = last["hidden"][int(index or 0) % len(last["hidden"])]
+            return [(token, float(v)) for token, v in zip(last["tokens"], values)]
+
+        event.then(colour, [result, unit], strip)
+        unit.change(colour, [result, unit], strip)
+
+    def query_keys(result, event, plot):
+        """Attention: click a query token, see the keys it reads (the mean over layers and heads)."""
+        queries = gr.HighlightedText(label="click a query token", combine_adjacent=False, show_legend=False)
+        keys = gr.HighlightedText(label="the keys it reads (mean over layers and heads; 1 = its largest weight)",
+                                  combine_adjacent=False, show_legend=False)  # fmt: skip
+        event.then(lambda last: [(t, None) for t in last["tokens"]] if last else [], result, queries)
+
+        def light(last, selected: gr.SelectData):
+            name = "attentions" if "attentions" in last else "encoder_attentions"
+            row = inside.attention_from(last, selected.index, name)
+            weight = row["weight"] / max(float(row["weight"].max()), 1e-9)
+            return [(token, float(w)) for token, w in zip(row["tokens"], weight)]
+
+        queries.select(light, result, keys)
+
+    def word_by_word(result, event, plot):
+        """Alignment: one more target word, and its row of the alignment, per click."""
+        shown_rows = gr.State(0)
+        step = gr.Button("Next word")
+
+        def advance(last, rows):
+            if last is None:
+                raise gr.Error("press Show first")
+            rows = min(rows + 1, len(last["row_labels"]))
+            return inside.figure_alignment_steps(last, upto=rows), rows
+
+        step.click(advance, [result, shown_rows], [plot, shown_rows])
+        event.then(lambda: 0, None, shown_rows)
 
     with gr.Blocks(title="hf-seq studio", analytics_enabled=False) as app:
         gr.Markdown(f"# hf-seq studio\nThe models' insides on one text: {', '.join(by_name)}. The views read at most "
@@ -164,9 +216,10 @@ def build(models: list[Loaded]):
                         [],
                         inside.recurrent_state,
                         inside.figure_recurrent_state,
+                        more=unit_strip,
                     )
                     plot_tab("attention", "Attention", ("gpt", "bert", "transformer"), [], inside.attention,
-                             inside.figure_attention)  # fmt: skip
+                             inside.figure_attention, more=query_keys)  # fmt: skip
                     plot_tab(
                         "fill",
                         "Fill the mask",
@@ -180,9 +233,10 @@ def build(models: list[Loaded]):
                              [lambda: gr.Slider(1, 32, value=12, step=1, label="steps"),
                               lambda: gr.Slider(1, 5, value=1, step=1, label="beams")],
                              lambda m, value, steps, beams: inside.alignment_steps(m, value, int(steps), int(beams)),
-                             inside.figure_alignment_steps,
+                             inside.figure_alignment_steps, more=word_by_word,
                              note="The encoder-decoders read the text as a source: the demo's were trained on dates, e.g. "
-                                  "`Thu, Mar 5, 1998`.")  # fmt: skip
+                                  "`Thu, Mar 5, 1998`. Show decodes it whole; Next word draws it one target word at a "
+                                  "time.")  # fmt: skip
                     plot_tab(
                         "cross",
                         "Cross-attention",
