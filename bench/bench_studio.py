@@ -2,7 +2,7 @@
 lstm-tiny) and the `--demo` models, the view's computation and its figure timed apart (median of `--repeats`), and
 how long `hf-seq studio --demo` takes to serve its page. The goal (issue "hf-seq studio"): a view under 1 s for 200
 tokens, the demo up in under 60 s on 2 CPU cores. The PNG column is what the page adds: the figure rendered as the app
-saves it (dpi 110, tight box).
+saves it (`views.save_png`: dpi 110, at most 1,800 pixels wide).
 
     python bench/bench_studio.py [--repeats 3] [--skip-demo-serve]
 
@@ -120,6 +120,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
     from hf_seq.studio.demo import demo_models
+    from hf_seq.studio.views import save_png
 
     load = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} threads, "
@@ -134,7 +135,7 @@ def main() -> None:
     for view, name, compute, figure in views(models, text, "Thu, Mar 5, 1998"):
         seconds, result = timed(compute, args.repeats)
         drawn, fig = timed(lambda result=result, figure=figure: figure(result), args.repeats)
-        encoded, _ = timed(lambda fig=fig: fig.savefig(io.BytesIO(), dpi=110, bbox_inches="tight"), args.repeats)
+        encoded, _ = timed(lambda fig=fig: save_png(fig, io.BytesIO()), args.repeats)
         count = len(result.get("tokens") or result.get("column_labels") or [])
         total = seconds + drawn + encoded
         print(f"| {view} | {name} | {count} | {seconds:.3f} | {drawn:.3f} | {encoded:.3f} | {total:.3f} |")

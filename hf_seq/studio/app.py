@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hf_seq.errors import InvalidValueError, MissingFileError
 from hf_seq.studio import inside, tokens
-from hf_seq.studio.views import MAX_TOKENS, Loaded, to_csv
+from hf_seq.studio.views import MAX_TOKENS, Loaded, save_png, to_csv
 
 OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "localhost,127.0.0.1",
            "no_proxy": "localhost,127.0.0.1"}  # fmt: skip
@@ -75,7 +75,7 @@ def build(models: list[Loaded]):
         """(the figure, its PNG and the view's CSV as downloads)."""
         fig = figure(result)
         png, csv = folder / f"{key}.png", folder / f"{key}.csv"
-        fig.savefig(png, dpi=110, bbox_inches="tight")
+        save_png(fig, png)
         csv.write_text(to_csv(result))
         return fig, str(png), str(csv)
 

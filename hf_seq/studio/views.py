@@ -30,6 +30,15 @@ def encode(loaded: Loaded, text: str, limit: int = MAX_TOKENS) -> tuple[list[int
     return ids, [tokenizer.decode([i]) for i in ids]
 
 
+PNG_DPI = 110  # a view's figure as a PNG: this resolution, or less for a wide figure
+PNG_WIDTH = 1800  # pixels: a wide figure (every attention head) is rendered no wider, in a third of the time
+
+
+def save_png(figure, target) -> None:
+    """A view's figure as a PNG (a path or a binary file), at most `PNG_WIDTH` pixels wide."""
+    figure.savefig(target, format="png", dpi=min(PNG_DPI, PNG_WIDTH / figure.get_figwidth()))  # laid out: constrained
+
+
 def to_csv(result: dict) -> str:
     """A view's dict as CSV: one column per 1-D entry of the tokens' length (tokens first), or for a single 2-D
     array (`matrix`) its rows labelled by `row_labels` and columns by `column_labels` when present."""
