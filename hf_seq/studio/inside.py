@@ -13,6 +13,7 @@ Shapes in the dicts: T tokens (S source, U target), H units or channels, L layer
 
 from contextlib import contextmanager
 
+import matplotlib
 import numpy as np
 import torch
 from matplotlib.figure import Figure
@@ -273,25 +274,34 @@ def attention_from(
 
 
 def figure_attention(result: dict, name: str | None = None) -> Figure:
-    """One panel per layer and head (layers down, heads across), queries down and keys across, white = 1; the
-    tokens label the first panel (labelling every panel makes the figure seconds slower). `name`: which weights of
-    the result (default `attentions`, or for the Transformer `cross_attentions`)."""
+    """Every layer and head (layers down, heads across) in one image, each block queries down and keys across, white
+    = 1, a gap between blocks; the tokens label the first block. One image rather than a panel per head: drawing 16
+    labelled panels took over a second. `name`: which weights of the result (default `attentions`, or for the
+    Transformer `cross_attentions`)."""
     name = name or ("attentions" if "attentions" in result else "cross_attentions")
     weights = result[name]
-    layers, heads = weights.shape[:2]
+    layers, heads, rows, columns = weights.shape
     queries = result["tokens"] if name in ("attentions", "encoder_attentions") else result["target_tokens"]
     keys = result["decoder_tokens"] if name == "decoder_attentions" else result["tokens"]
-    cell = min(0.12 * max(len(queries), len(keys)) + 0.8, 4.0)
-    fig = _figure(heads * cell + 0.6, layers * cell + 0.4)
+    gap = max(1, max(rows, columns) // 16)
+    mosaic = np.full((layers * (rows + gap) - gap, heads * (columns + gap) - gap), np.nan)
     for layer in range(layers):
         for head in range(heads):
-            axes = fig.add_subplot(layers, heads, layer * heads + head + 1)
-            first = layer == head == 0
-            labels = (queries, keys) if first else (None, None)
-            _heatmap(axes, weights[layer, head], *labels, f"layer {layer}, head {head}", cmap="gray", vmin=0, vmax=1)
-            if not first:
-                axes.set_xticks([])
-                axes.set_yticks([])
+            top, left = layer * (rows + gap), head * (columns + gap)
+            mosaic[top : top + rows, left : left + columns] = weights[layer, head]
+    cell = min(0.12 * max(rows, columns) + 0.8, 4.0)
+    fig = _figure(heads * cell + 0.8, layers * cell + 0.6)
+    axes = fig.add_subplot()
+    palette = matplotlib.colormaps["gray"].with_extremes(bad="white")
+    axes.imshow(mosaic, aspect="auto", interpolation="nearest", cmap=palette, vmin=0, vmax=1)
+    _label_tokens(axes, keys[:columns], "x")
+    _label_tokens(axes, queries[:rows], "y")
+    for head in range(heads):
+        axes.text(head * (columns + gap) + columns / 2, -1, f"head {head}", ha="center", va="bottom", fontsize=8)
+    for layer in range(layers):
+        axes.text(mosaic.shape[1] + gap / 2, layer * (rows + gap) + rows / 2, f"layer {layer}",
+                  rotation=270, ha="left", va="center", fontsize=8)  # fmt: skip
+    axes.set_frame_on(False)
     fig.suptitle(name.replace("_", " "), fontsize=9)
     return fig
 
