@@ -130,20 +130,7 @@ def page_problems(browser: Browser, url: str, origin: str) -> list[str]:
     problems += [f"TeX error: {text!r}" for text in report["errors"]]
     problems += [f"raw TeX on the page: {text!r}" for text in report["raw"]]
     problems += [f"image not loaded: {src}" for src, width in report["images"] if width == 0]
-    for event in browser.events:
-        if event.get("sessionId") != session:
-            continue
-        params = event.get("params", {})
-        if event["method"] == "Runtime.exceptionThrown":
-            problems.append(f"exception: {params['exceptionDetails'].get('text')}")
-        elif event["method"] == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
-            problems.append(f"console.{params['type']}: {[arg.get('value') for arg in params['args']]}")
-        elif event["method"] == "Log.entryAdded" and params["entry"]["level"] == "error":
-            problems.append(f"console error: {params['entry']['text']} {params['entry'].get('url', '')}")
-        elif event["method"] == "Network.requestWillBeSent":
-            request_url = params["request"]["url"]
-            if not request_url.startswith((origin, "data:", "blob:", "about:")):
-                problems.append(f"request outside the site: {request_url}")
+    problems += session_problems(browser, session, origin)
     browser.send("Target.closeTarget", targetId=target)
     return problems
 
@@ -293,6 +280,28 @@ IMAGES = r"""
   }));
 })()
 """
+
+
+def session_problems(browser: Browser, session: str, origin: str) -> list[str]:
+    """What the browser reported for one page: exceptions, console errors and requests that leave `origin` (data,
+    blob and about URLs, and the page's own websocket, are local)."""
+    problems = []
+    for event in browser.events:
+        if event.get("sessionId") != session:
+            continue
+        params = event.get("params", {})
+        if event["method"] == "Runtime.exceptionThrown":
+            problems.append(f"exception: {params['exceptionDetails'].get('text')}")
+        elif event["method"] == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+            problems.append(f"console.{params['type']}: {[arg.get('value') for arg in params['args']]}")
+        elif event["method"] == "Log.entryAdded" and params["entry"]["level"] == "error":
+            problems.append(f"console error: {params['entry']['text']} {params['entry'].get('url', '')}")
+        elif event["method"] == "Network.requestWillBeSent":
+            request_url = params["request"]["url"]
+            local = origin.replace("http://", "ws://", 1)
+            if not request_url.startswith((origin, local, "data:", "blob:", "about:")):
+                problems.append(f"request outside the site: {request_url}")
+    return problems
 
 
 def shown_images(browser: Browser, url: str) -> list[dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs import Browser
+from tests.test_docs import Browser, session_problems
 from tests.test_studio_app import TEXT, free_port, models  # noqa: F401  (the tiny models fixture)
 
 pytestmark = pytest.mark.docs
@@ -104,22 +104,7 @@ class Page:
 
     def problems(self, origin: str) -> list[str]:
         self.js("1")  # collect the events sent meanwhile
-        found = []
-        for event in self.browser.events:
-            if event.get("sessionId") != self.session:
-                continue
-            params = event.get("params", {})
-            if event["method"] == "Runtime.exceptionThrown":
-                found.append(f"exception: {params['exceptionDetails'].get('text')}")
-            elif event["method"] == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
-                found.append(f"console.{params['type']}: {[arg.get('value') for arg in params['args']]}")
-            elif event["method"] == "Log.entryAdded" and params["entry"]["level"] == "error":
-                found.append(f"console error: {params['entry']['text']}")
-            elif event["method"] == "Network.requestWillBeSent":
-                url = params["request"]["url"]
-                if not url.startswith((origin, "data:", "blob:", "about:", "ws://127.0.0.1")):
-                    found.append(f"request outside 127.0.0.1: {url}")
-        return found
+        return session_problems(self.browser, self.session, origin)
 
 
 def test_every_view_in_a_browser(studio, tmp_path):
@@ -175,7 +160,7 @@ def test_the_check_fails_on_a_request_outside(studio, tmp_path):
         page = Page(browser, url)
         page.js("fetch('http://192.0.2.1/x').catch(() => null); 1")
         time.sleep(0.5)
-        assert any("request outside 127.0.0.1: http://192.0.2.1/x" in p for p in page.problems(url.rstrip("/")))
+        assert any("request outside the site: http://192.0.2.1/x" in p for p in page.problems(url.rstrip("/")))
     finally:
         browser.close()
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
