@@ -104,50 +104,6 @@ def build(models: list[Loaded]):
                 more(result, event, plot)
         return choice
 
-    def unit_strip(result, event, plot):
-        """Recurrent state: the text coloured by one unit's h."""
-        unit = gr.Number(0, precision=0, label="unit (colour the text by its state h)")
-        strip = gr.HighlightedText(label="the text, coloured by the unit's h (-1 to 1)", combine_adjacent=False,
-                                   show_legend=False)  # fmt: skip
-
-        def colour(last, index):
-            if last is None:
-                return []
-            values = last["hidden"][int(index or 0) % len(last["hidden"])]
-            return [(token, float(v)) for token, v in zip(last["tokens"], values)]
-
-        event.then(colour, [result, unit], strip)
-        unit.change(colour, [result, unit], strip)
-
-    def query_keys(result, event, plot):
-        """Attention: click a query token, see the keys it reads (the mean over layers and heads)."""
-        queries = gr.HighlightedText(label="click a query token", combine_adjacent=False, show_legend=False)
-        keys = gr.HighlightedText(label="the keys it reads (mean over layers and heads; 1 = its largest weight)",
-                                  combine_adjacent=False, show_legend=False)  # fmt: skip
-        event.then(lambda last: [(t, None) for t in last["tokens"]] if last else [], result, queries)
-
-        def light(last, selected: gr.SelectData):
-            name = "attentions" if "attentions" in last else "encoder_attentions"
-            row = inside.attention_from(last, selected.index, name)
-            weight = row["weight"] / max(float(row["weight"].max()), 1e-9)
-            return [(token, float(w)) for token, w in zip(row["tokens"], weight)]
-
-        queries.select(light, result, keys)
-
-    def word_by_word(result, event, plot):
-        """Alignment: one more target word, and its row of the alignment, per click."""
-        shown_rows = gr.State(0)
-        step = gr.Button("Next word")
-
-        def advance(last, rows):
-            if last is None:
-                raise gr.Error("press Show first")
-            rows = min(rows + 1, len(last["row_labels"]))
-            return inside.figure_alignment_steps(last, upto=rows), rows
-
-        step.click(advance, [result, shown_rows], [plot, shown_rows])
-        event.then(lambda: 0, None, shown_rows)
-
     with gr.Blocks(title="hf-seq studio", analytics_enabled=False) as app:
         gr.Markdown(f"# hf-seq studio\nThe models' insides on one text: {', '.join(by_name)}. The views read at most "
                     f"{MAX_TOKENS} tokens of it (fewer for a model with fewer positions).")  # fmt: skip
@@ -155,32 +111,7 @@ def build(models: list[Loaded]):
         with gr.Tabs():
             with gr.Tab("What the models predict", id="predictions"):
                 with gr.Tabs():
-                    with gr.Tab("Surprisal", id="surprisal"):
-                        names = _names(models, LANGUAGE_MODELS)
-                        model = gr.Dropdown(names, value=names[0] if names else None, label="model")
-                        strip = gr.HighlightedText(label="bits per token (click a token for the next-token top-k)",
-                                                   combine_adjacent=False, show_legend=False)  # fmt: skip
-                        top = gr.Dataframe(headers=["next token", "probability"], label="top-k after the clicked token")
-                        button = gr.Button("Show", variant="primary")
-                        plot = gr.Plot(label="surprisal")
-                        with gr.Row():
-                            png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
-
-                        def surprisal(name, value):
-                            result = tokens.surprisal(pick(name), checked(value))
-                            bits = [b for b in result["bits"] if b == b]  # the first token has no prediction (NaN)
-                            scale = max(bits) if bits else 1.0
-                            marks = [
-                                (t, (b / scale if b == b else None)) for t, b in zip(result["tokens"], result["bits"])
-                            ]
-                            return marks, *shown("surprisal", result, tokens.figure_surprisal)
-
-                        def topk(name, value, event: gr.SelectData):
-                            result = tokens.topk(pick(name), checked(value), event.index)
-                            return [[t, round(float(p), 4)] for t, p in zip(result["tokens"], result["probabilities"])]
-
-                        button.click(surprisal, [model, text], [strip, plot, png, csv], api_name="surprisal")
-                        strip.select(topk, [model, text], top)
+                    surprisal_tab(models, text, pick, checked, shown)
                     plot_tab("compare", "Two models", LANGUAGE_MODELS, [lambda: gr.Dropdown(
                         _names(models, LANGUAGE_MODELS), value=(_names(models, LANGUAGE_MODELS) or [None])[-1], label="against")],
                         lambda a, value, b: tokens.compare(a, pick(b), value), tokens.figure_compare)  # fmt: skip
@@ -209,51 +140,127 @@ def build(models: list[Loaded]):
                              tokens.figure_sampling)  # fmt: skip
             with gr.Tab("Inside the models", id="insides"):
                 with gr.Tabs():
-                    plot_tab(
-                        "recurrent",
-                        "Recurrent state",
-                        ("rnn",),
-                        [],
-                        inside.recurrent_state,
-                        inside.figure_recurrent_state,
-                        more=unit_strip,
-                    )
-                    plot_tab("attention", "Attention", ("gpt", "bert", "transformer"), [], inside.attention,
-                             inside.figure_attention, more=query_keys)  # fmt: skip
-                    plot_tab(
-                        "fill",
-                        "Fill the mask",
-                        ("bert",),
-                        [],
-                        inside.fill_mask,
-                        inside.figure_fill_mask,
-                        note="BERT fills the first `[MASK]` written in the text (e.g. `def [MASK](path):`).",
-                    )
-                    plot_tab("alignment", "Alignment", ("bahdanau",),
-                             [lambda: gr.Slider(1, 32, value=12, step=1, label="steps"),
-                              lambda: gr.Slider(1, 5, value=1, step=1, label="beams")],
-                             lambda m, value, steps, beams: inside.alignment_steps(m, value, int(steps), int(beams)),
-                             inside.figure_alignment_steps, more=word_by_word,
-                             note="The encoder-decoders read the text as a source: the demo's were trained on dates, e.g. "
-                                  "`Thu, Mar 5, 1998`. Show decodes it whole; Next word draws it one target word at a "
-                                  "time.")  # fmt: skip
-                    plot_tab(
-                        "cross",
-                        "Cross-attention",
-                        ("transformer",),
-                        [],
-                        inside.cross_attention_average,
-                        inside.figure_cross_attention_average,
-                        note="The Transformer's cross-attention, averaged over layers and heads, on its own translation "
-                        "of the text: the alignment of the Alignment tab, the attention way.",
-                    )
-                    plot_tab("ssm", "State space", ("ssm",), [], inside.ssm_inside, inside.figure_ssm_inside)
-                    plot_tab("scan", "Scan = convolution", ("ssm",), [], inside.scan_vs_convolution,
-                             inside.figure_scan_vs_convolution, only=lambda m: m.model.config.ssm_type == "s4d",
-                             note="S4D's layer computed by its convolution (training) and by its recurrence (generation) on "
-                                  "the same text: the same numbers.")  # fmt: skip
+                    for tab in inside_tabs():
+                        plot_tab(**tab)
     app.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     return app
+
+
+def surprisal_tab(models: list[Loaded], text, pick, checked, shown) -> None:
+    """The surprisal tab: the token strip coloured by bits, a click on a token for the top-k after it, the plot."""
+    import gradio as gr
+
+    with gr.Tab("Surprisal", id="surprisal"):
+        names = _names(models, LANGUAGE_MODELS)
+        model = gr.Dropdown(names, value=names[0] if names else None, label="model")
+        strip = gr.HighlightedText(label="bits per token (click a token for the next-token top-k)",
+                                   combine_adjacent=False, show_legend=False)  # fmt: skip
+        top = gr.Dataframe(headers=["next token", "probability"], label="top-k after the clicked token")
+        button = gr.Button("Show", variant="primary")
+        plot = gr.Plot(label="surprisal")
+        with gr.Row():
+            png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+
+        def surprisal(name, value):
+            result = tokens.surprisal(pick(name), checked(value))
+            bits = [b for b in result["bits"] if b == b]  # the first token has no prediction (NaN)
+            scale = max(bits) if bits else 1.0
+            marks = [(t, (b / scale if b == b else None)) for t, b in zip(result["tokens"], result["bits"])]
+            return marks, *shown("surprisal", result, tokens.figure_surprisal)
+
+        def topk(name, value, event: gr.SelectData):
+            result = tokens.topk(pick(name), checked(value), event.index)
+            return [[t, round(float(p), 4)] for t, p in zip(result["tokens"], result["probabilities"])]
+
+        button.click(surprisal, [model, text], [strip, plot, png, csv], api_name="surprisal")
+        strip.select(topk, [model, text], top)
+
+
+def inside_tabs() -> list[dict]:
+    """The tabs of "Inside the models", as `plot_tab` arguments."""
+    import gradio as gr
+
+    return [
+        dict(key="recurrent", title="Recurrent state", kinds=("rnn",), inputs=[], compute=inside.recurrent_state,
+             figure=inside.figure_recurrent_state, more=unit_strip),
+        dict(key="attention", title="Attention", kinds=("gpt", "bert", "transformer"), inputs=[],
+             compute=inside.attention, figure=inside.figure_attention, more=query_keys),
+        dict(key="fill", title="Fill the mask", kinds=("bert",), inputs=[], compute=inside.fill_mask,
+             figure=inside.figure_fill_mask,
+             note="BERT fills the first `[MASK]` written in the text (e.g. `def [MASK](path):`)."),
+        dict(key="alignment", title="Alignment", kinds=("bahdanau",),
+             inputs=[lambda: gr.Slider(1, 32, value=12, step=1, label="steps"),
+                     lambda: gr.Slider(1, 5, value=1, step=1, label="beams")],
+             compute=lambda m, value, steps, beams: inside.alignment_steps(m, value, int(steps), int(beams)),
+             figure=inside.figure_alignment_steps, more=word_by_word,
+             note="The encoder-decoders read the text as a source: the demo's were trained on dates, e.g. `Thu, Mar 5, "
+                  "1998`. Show decodes it whole; Next word draws it one target word at a time."),
+        dict(key="cross", title="Cross-attention", kinds=("transformer",), inputs=[],
+             compute=inside.cross_attention_average, figure=inside.figure_cross_attention_average,
+             note="The Transformer's cross-attention, averaged over layers and heads, on its own translation of the "
+                  "text: the alignment of the Alignment tab, the attention way."),
+        dict(key="ssm", title="State space", kinds=("ssm",), inputs=[], compute=inside.ssm_inside,
+             figure=inside.figure_ssm_inside),
+        dict(key="scan", title="Scan = convolution", kinds=("ssm",), inputs=[], compute=inside.scan_vs_convolution,
+             figure=inside.figure_scan_vs_convolution, only=lambda m: m.model.config.ssm_type == "s4d",
+             note="S4D's layer computed by its convolution (training) and by its recurrence (generation) on the same "
+                  "text: the same numbers."),
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- interactions
+# What a tab does beyond Show: each takes the view's last result (a `gr.State`), the Show event and the plot.
+def unit_strip(result, event, plot):
+    """Recurrent state: the text coloured by one unit's h."""
+    import gradio as gr
+
+    unit = gr.Number(0, precision=0, label="unit (colour the text by its state h)")
+    strip = gr.HighlightedText(label="the text, coloured by the unit's h (-1 to 1)", combine_adjacent=False,
+                               show_legend=False)  # fmt: skip
+
+    def colour(last, index):
+        if last is None:
+            return []
+        values = last["hidden"][int(index or 0) % len(last["hidden"])]
+        return [(token, float(v)) for token, v in zip(last["tokens"], values)]
+
+    event.then(colour, [result, unit], strip)
+    unit.change(colour, [result, unit], strip)
+
+
+def query_keys(result, event, plot):
+    """Attention: click a query token, see the keys it reads (the mean over layers and heads)."""
+    import gradio as gr
+
+    queries = gr.HighlightedText(label="click a query token", combine_adjacent=False, show_legend=False)
+    keys = gr.HighlightedText(label="the keys it reads (mean over layers and heads; 1 = its largest weight)",
+                              combine_adjacent=False, show_legend=False)  # fmt: skip
+    event.then(lambda last: [(t, None) for t in last["tokens"]] if last else [], result, queries)
+
+    def light(last, selected: gr.SelectData):
+        name = "attentions" if "attentions" in last else "encoder_attentions"
+        row = inside.attention_from(last, selected.index, name)
+        weight = row["weight"] / max(float(row["weight"].max()), 1e-9)
+        return [(token, float(w)) for token, w in zip(row["tokens"], weight)]
+
+    queries.select(light, result, keys)
+
+
+def word_by_word(result, event, plot):
+    """Alignment: one more target word, and its row of the alignment, per click."""
+    import gradio as gr
+
+    shown_rows = gr.State(0)
+    step = gr.Button("Next word")
+
+    def advance(last, rows):
+        if last is None:
+            raise gr.Error("press Show first")
+        rows = min(rows + 1, len(last["row_labels"]))
+        return inside.figure_alignment_steps(last, upto=rows), rows
+
+    step.click(advance, [result, shown_rows], [plot, shown_rows])
+    event.then(lambda: 0, None, shown_rows)
 
 
 def serve(sources: list[str], demo: bool, host: str, port: int, root_path: str | None, models=()):
