@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from hf_seq.cli import main
 from hf_seq.registry import family
 from hf_seq.studio import Loaded, inside, to_csv, tokens
 from hf_seq.tokenization import train_bpe_tokenizer
@@ -121,17 +122,19 @@ def run_studio(*args, env_extra=None, timeout=120):
                            "studio", *args], capture_output=True, text=True, env=env, timeout=timeout)  # fmt: skip
 
 
-def test_a_bad_folder_and_no_model_are_one_line(tmp_path):
+def test_a_bad_folder_and_no_model_are_one_line(tmp_path, capsys):
+    """Said before Gradio is imported (in-process: `main` exits 2 with one line; any other exception fails here)."""
     (tmp_path / "empty").mkdir()
     for args, message in (
         ([str(tmp_path / "empty")], "holds no config.json: give the output_dir of a run"),
         ([str(tmp_path / "missing")], "does not exist (give a run folder or a Hub name user/model)"),
         ([], "give run folders (hf-seq studio RUN_DIR ...) or --demo"),
     ):
-        done = run_studio(*args)
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode != 0 and lines[-1].startswith("hf-seq: error: ") and message in lines[-1], done.stderr
-        assert "Traceback" not in done.stderr
+        with pytest.raises(SystemExit) as exit:
+            main(["studio", *args])
+        err = capsys.readouterr().err
+        assert exit.value.code == 2 and err.startswith("hf-seq: error: ") and message in err, err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_a_missing_extra_is_one_line(tmp_path):

@@ -26,11 +26,7 @@ def load(source: str) -> Loaded:
 
     from hf_seq.registry import family
 
-    path = Path(source)
-    if path.exists() and not (path / "config.json").is_file():
-        raise MissingFileError(f"studio: {source} holds no config.json: give the output_dir of a run (hf-seq train)")
-    if not path.exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
-        raise MissingFileError(f"studio: {source} does not exist (give a run folder or a Hub name user/model)")
+    path = check_source(source)
     if path.is_dir():
         from hf_seq.checksums import verify_checksums
 
@@ -47,6 +43,17 @@ def load(source: str) -> Loaded:
                                 "and encoder-decoders (their *ForCausalLM, *ForMaskedLM or *ForConditionalGeneration)")  # fmt: skip
     model = fam.model_class(auto).from_pretrained(source).eval()
     return Loaded(path.name if path.exists() else source, model, AutoTokenizer.from_pretrained(source), fam.name)
+
+
+def check_source(source: str) -> Path:
+    """The refusals a folder gets before anything is loaded (or Gradio imported): a folder without config.json, a
+    path that does not exist."""
+    path = Path(source)
+    if path.exists() and not (path / "config.json").is_file():
+        raise MissingFileError(f"studio: {source} holds no config.json: give the output_dir of a run (hf-seq train)")
+    if not path.exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
+        raise MissingFileError(f"studio: {source} does not exist (give a run folder or a Hub name user/model)")
+    return path
 
 
 def _names(models: list[Loaded], kinds) -> list[str]:
@@ -266,6 +273,10 @@ def word_by_word(result, event, plot):
 def serve(sources: list[str], demo: bool, host: str, port: int, root_path: str | None, models=()):
     """`hf-seq studio`: load (or train) the models, build the page, serve it until Ctrl-C. `models`: `Loaded` models
     shown beside those (from a notebook)."""
+    if not (sources or demo or models):
+        raise InvalidValueError("studio: give run folders (hf-seq studio RUN_DIR ...) or --demo")
+    for source in sources:  # a mistyped folder is said at once, not after Gradio's import
+        check_source(source)
     os.environ.update(OFFLINE)
     try:
         import gradio  # noqa: F401
@@ -276,8 +287,6 @@ def serve(sources: list[str], demo: bool, host: str, port: int, root_path: str |
         from hf_seq.studio.demo import demo_models
 
         models += demo_models()
-    if not models:
-        raise InvalidValueError("studio: give run folders (hf-seq studio RUN_DIR ...) or --demo")
     names = [m.name for m in models]
     if len(set(names)) != len(names):
         raise InvalidValueError(f"studio: two models share a name ({names}): give folders with different names")
