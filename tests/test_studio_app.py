@@ -3,7 +3,6 @@ functions give; a missing extra, a bad folder and a port in use are one line eac
 
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -116,32 +115,33 @@ def test_a_view_error_is_a_message_not_a_crash(served):
         client.predict("lstm", "   ", api_name="/surprisal")
 
 
-def run_studio(*args, env_extra=None, timeout=120):
-    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-c", "import sys; from hf_seq.cli import main; sys.exit(main())",
-                           "studio", *args], capture_output=True, text=True, env=env, timeout=timeout)  # fmt: skip
+def studio_error(capsys, *args) -> str:
+    """`hf-seq studio ARGS` in this process: it must exit 2 with one `hf-seq: error:` line (any other exception, a
+    bug, fails the test), which is returned."""
+    with pytest.raises(SystemExit) as exit:
+        main(["studio", *args])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.startswith("hf-seq: error: ") and len(err.strip().splitlines()) == 1, err
+    return err.strip()
 
 
-def test_a_bad_folder_and_no_model_are_one_line(tmp_path, capsys):
-    """Said before Gradio is imported (in-process: `main` exits 2 with one line; any other exception fails here)."""
+def test_a_bad_folder_and_no_model_are_one_line_before_gradio_is_imported(tmp_path, capsys, monkeypatch):
+    """Gradio made unimportable: were it imported first, the error would name the missing extra instead."""
+    monkeypatch.setitem(sys.modules, "gradio", None)
     (tmp_path / "empty").mkdir()
     for args, message in (
         ([str(tmp_path / "empty")], "holds no config.json: give the output_dir of a run"),
         ([str(tmp_path / "missing")], "does not exist (give a run folder or a Hub name user/model)"),
         ([], "give run folders (hf-seq studio RUN_DIR ...) or --demo"),
     ):
-        with pytest.raises(SystemExit) as exit:
-            main(["studio", *args])
-        err = capsys.readouterr().err
-        assert exit.value.code == 2 and err.startswith("hf-seq: error: ") and message in err, err
-        assert len(err.strip().splitlines()) == 1
+        assert message in studio_error(capsys, *args)
 
 
-def test_a_missing_extra_is_one_line(tmp_path):
-    """Without Gradio installed (an import that fails), the command names the extra to install."""
-    (tmp_path / "gradio.py").write_text("raise ImportError('no gradio here')\n")
-    done = run_studio("--demo", env_extra={"PYTHONPATH": str(tmp_path)})
-    assert done.stderr.strip().splitlines()[-1] == (
+def test_a_missing_extra_is_one_line(capsys, monkeypatch):
+    """Without Gradio installed (an import that fails), the command names the extra to install, before training
+    the demo's models."""
+    monkeypatch.setitem(sys.modules, "gradio", None)
+    assert studio_error(capsys, "--demo") == (
         'hf-seq: error: hf-seq studio needs Gradio, an optional extra: pip install "hf-seq[studio]"'
     )
 
