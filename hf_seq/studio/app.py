@@ -119,32 +119,9 @@ def build(models: list[Loaded]):
             with gr.Tab("What the models predict", id="predictions"):
                 with gr.Tabs():
                     surprisal_tab(models, text, pick, checked, shown)
-                    plot_tab("compare", "Two models", LANGUAGE_MODELS, [lambda: gr.Dropdown(
-                        _names(models, LANGUAGE_MODELS), value=(_names(models, LANGUAGE_MODELS) or [None])[-1], label="against")],
-                        lambda a, value, b: tokens.compare(a, pick(b), value), tokens.figure_compare)  # fmt: skip
-                    with gr.Tab("Lineage strip", id="lineage"):
-                        button = gr.Button("Show every language model", variant="primary")
-                        plot = gr.Plot(label="bits per token, one row per model")
-                        with gr.Row():
-                            png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
-                        strip_models = [m for m in models if m.kind in LANGUAGE_MODELS]
-                        button.click(lambda value: shown("lineage", tokens.lineage_strip(strip_models, checked(value)),
-                                                         tokens.figure_lineage_strip), [text], [plot, png, csv],
-                                     api_name="lineage")  # fmt: skip
-                    plot_tab("reach", "Context reach", LANGUAGE_MODELS,
-                             [lambda: gr.Number(8, precision=0, label="position (token index)")],
-                             lambda m, value, position: tokens.context_reach(m, value, int(position)),
-                             tokens.figure_context_reach)  # fmt: skip
-                    plot_tab(
-                        "ngram", "n-gram back-off", ("ngram",), [], tokens.ngram_backoff, tokens.figure_ngram_backoff
-                    )
-                    plot_tab("sampling", "Sampling", LANGUAGE_MODELS,
-                             [lambda: gr.Slider(0.1, 2.0, value=1.0, label="temperature"),
-                              lambda: gr.Slider(0, 100, value=0, step=1, label="top-k (0: off)"),
-                              lambda: gr.Slider(0.05, 1.0, value=1.0, label="top-p"),
-                              lambda: gr.Number(0, precision=0, label="seed")],
-                             lambda m, value, t, k, p, seed: tokens.sampling(m, value, t, int(k), p, int(seed)),
-                             tokens.figure_sampling)  # fmt: skip
+                    lineage_tab(models, text, checked, shown)
+                    for tab in prediction_tabs(models, pick):
+                        plot_tab(**tab)
             with gr.Tab("Inside the models", id="insides"):
                 with gr.Tabs():
                     for tab in inside_tabs():
@@ -181,6 +158,46 @@ def surprisal_tab(models: list[Loaded], text, pick, checked, shown) -> None:
 
         button.click(surprisal, [model, text], [strip, plot, png, csv], api_name="surprisal")
         strip.select(topk, [model, text], top)
+
+
+def lineage_tab(models: list[Loaded], text, checked, shown) -> None:
+    """The lineage strip: every loaded language model's bits per token on the text, one row each."""
+    import gradio as gr
+
+    with gr.Tab("Lineage strip", id="lineage"):
+        button = gr.Button("Show every language model", variant="primary")
+        plot = gr.Plot(label="bits per token, one row per model")
+        with gr.Row():
+            png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+        strip_models = [m for m in models if m.kind in LANGUAGE_MODELS]
+        button.click(lambda value: shown("lineage", tokens.lineage_strip(strip_models, checked(value)),
+                                         tokens.figure_lineage_strip), [text], [plot, png, csv],
+                     api_name="lineage")  # fmt: skip
+
+
+def prediction_tabs(models: list[Loaded], pick) -> list[dict]:
+    """The other tabs of "What the models predict", as `plot_tab` arguments."""
+    import gradio as gr
+
+    names = _names(models, LANGUAGE_MODELS)
+    return [
+        dict(key="compare", title="Two models", kinds=LANGUAGE_MODELS,
+             inputs=[lambda: gr.Dropdown(names, value=(names or [None])[-1], label="against")],
+             compute=lambda a, value, b: tokens.compare(a, pick(b), value), figure=tokens.figure_compare),
+        dict(key="reach", title="Context reach", kinds=LANGUAGE_MODELS,
+             inputs=[lambda: gr.Number(8, precision=0, label="position (token index)")],
+             compute=lambda m, value, position: tokens.context_reach(m, value, int(position)),
+             figure=tokens.figure_context_reach),
+        dict(key="ngram", title="n-gram back-off", kinds=("ngram",), inputs=[], compute=tokens.ngram_backoff,
+             figure=tokens.figure_ngram_backoff),
+        dict(key="sampling", title="Sampling", kinds=LANGUAGE_MODELS,
+             inputs=[lambda: gr.Slider(0.1, 2.0, value=1.0, label="temperature"),
+                     lambda: gr.Slider(0, 100, value=0, step=1, label="top-k (0: off)"),
+                     lambda: gr.Slider(0.05, 1.0, value=1.0, label="top-p"),
+                     lambda: gr.Number(0, precision=0, label="seed")],
+             compute=lambda m, value, t, k, p, seed: tokens.sampling(m, value, t, int(k), p, int(seed)),
+             figure=tokens.figure_sampling),
+    ]  # fmt: skip
 
 
 def inside_tabs() -> list[dict]:
