@@ -66,9 +66,9 @@ def recipe(spec: dict) -> dict:
 def child(spec: dict) -> None:
     import torch
 
-    import hf_seq.training as training
-    from hf_seq import tasks
-    from hf_seq.recipes import load_recipe
+    import hf_seq.training.pretraining as training
+    from hf_seq.data import tasks
+    from hf_seq.training.recipes import load_recipe
 
     clock = {"train_seconds": 0.0, "started": None, "steps": 0}
     curve = []
@@ -119,8 +119,9 @@ def launch(spec: dict) -> dict:
 def prepare(work: Path) -> tuple[str, int, dict]:
     """Train the recipe's tokenizer once; choose the token budget whose batches hold, on average, the real tokens
     of BATCH_SIZE pairs."""
-    from hf_seq import data, tasks
-    from hf_seq.recipes import load_recipe
+    from hf_seq.data import corpora as data
+    from hf_seq.data import tasks
+    from hf_seq.training.recipes import load_recipe
 
     spec = {"output_dir": str(work / "run"), "steps": 1, "eval_every": 1}
     prepared = tasks.prepare(load_recipe(recipe(spec)), tokenizer_folder=work / "tokenizer")

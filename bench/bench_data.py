@@ -1,4 +1,4 @@
-"""Data preparation at scale: hf-seq's recipe-level path (`hf_seq.tasks.prepare` of a causal_lm recipe over local
+"""Data preparation at scale: hf-seq's recipe-level path (`hf_seq.data.tasks.prepare` of a causal_lm recipe over local
 text files: `datasets` reads them into Arrow, `tokenize_texts` and `pack_blocks` run through `datasets.map`,
 batched, in `num_proc` processes, with Arrow caches) against the in-memory approach it replaced (every file read
 into a Python list of strings, one `tokenizer(text)` call per document, a Python list of blocks,
@@ -7,7 +7,7 @@ into a Python list of strings, one `tokenizer(text)` call per document, a Python
 The bench makes its own corpus in a temporary folder: the standard library's .py files, concatenated and repeated
 until the corpus reaches `--size-mb` (each copy of each file headed by a line naming the copy, so no two documents
 are the same), split into `--files` files. A byte-level BPE tokenizer (vocabulary 8000) is trained on a small
-sample with `hf_seq.tokenization.train_bpe_tokenizer`. Every run is a fresh process, so its peak memory is its own:
+sample with `hf_seq.data.tokenization.train_bpe_tokenizer`. Every run is a fresh process, so its peak memory is its own:
 
 - hf-seq, cold: an empty datasets cache (HF_DATASETS_CACHE in the temporary folder), once per `--num-proc`;
 - hf-seq, warm: the same again, the same tokenizer and files, over the cache the cold run left (the bench checks
@@ -53,7 +53,7 @@ REFERENCE = "reference"
 # ---------------------------------------------------------------------------------------------- the corpus
 def make_corpus(folder: Path, size_mb: float, num_files: int) -> list[Path]:
     """Standard library sources, repeated to `size_mb` MB (1e6 bytes) in `num_files` files of about equal size."""
-    from hf_seq.data import stdlib_files
+    from hf_seq.data.corpora import stdlib_files
 
     sources = stdlib_files()
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -77,8 +77,8 @@ def make_corpus(folder: Path, size_mb: float, num_files: int) -> list[Path]:
 
 
 def train_tokenizer(folder: Path) -> Path:
-    from hf_seq.data import stdlib_texts
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.corpora import stdlib_texts
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     tokenizer = train_bpe_tokenizer(stdlib_texts(max_chars=TOKENIZER_SAMPLE_CHARS), vocab_size=VOCAB_SIZE)
     tokenizer.save_pretrained(folder)
@@ -92,8 +92,8 @@ def _status_kib(field: str) -> int:
 
 
 def run_hf_seq(files: list[str], tokenizer_dir: str, num_proc: int | None) -> dict:
-    from hf_seq.recipes import load_recipe
-    from hf_seq.tasks import prepare
+    from hf_seq.data.tasks import prepare
+    from hf_seq.training.recipes import load_recipe
 
     recipe = load_recipe(
         {
@@ -114,7 +114,7 @@ def run_reference(files: list[str], tokenizer_dir: str) -> dict:
     import datasets
     from transformers import AutoTokenizer
 
-    from hf_seq.data import pack_token_ids
+    from hf_seq.data.corpora import pack_token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = []
@@ -130,7 +130,7 @@ def child(spec: dict) -> None:
     import datasets  # noqa: F401  (imports before the clock and the memory baseline, as in the hf-seq run)
     import transformers  # noqa: F401
 
-    import hf_seq.tasks  # noqa: F401
+    import hf_seq.data.tasks  # noqa: F401
 
     baseline_mib = _status_kib("VmRSS") / 1024
     start, start_cpu = time.perf_counter(), os.times()
@@ -359,7 +359,7 @@ def report(args, runs: dict, corpus_bytes: int, num_files: int, size_mb: float, 
     lines = [
         "# Data preparation: hf-seq (datasets.map, Arrow cache) vs the in-memory approach (cpu)",
         "",
-        f"`{command}`: a causal_lm recipe (`hf_seq.tasks.prepare`, block size {BLOCK_SIZE}, 5% of the documents "
+        f"`{command}`: a causal_lm recipe (`hf_seq.data.tasks.prepare`, block size {BLOCK_SIZE}, 5% of the documents "
         f"held out) over a {mb:.1f} MB corpus of standard-library sources in {num_files} files, byte-level BPE with a "
         f"{VOCAB_SIZE:,}-token vocabulary; median of {rounds} interleaved round(s), range in brackets. Each run is a "
         "fresh process; its time starts after the imports.",

@@ -14,7 +14,7 @@ timed against itself read 0.92-1.04: a ratio within about 0.08 of 1 is noise.
 Memory: on CPU the growth of the peak resident set size of a fresh process, from just before the model is built to
 the end of the task (one process per model and task); on CUDA `torch.cuda.max_memory_allocated` in such a process.
 MFU = training tokens/s * (6 * parameters + 12 * layers * d_model * seq) / peak FLOP/s (the PaLM paper's estimate,
-appendix B, as `hf_seq.compute` counts it: parameters without the position table, the tied embedding counted once).
+appendix B, as `hf_seq.training.compute` counts it: parameters without the position table, the tied embedding counted once).
 On CPU the peak is the best of readings of a square fp32 (or bf16) matrix product on all threads, taken at the start
 and after every round (a median far below it means other processes shared the CPU); on CUDA it is the datasheet's
 dense bf16 figure.
@@ -38,8 +38,8 @@ import transformers
 from transformers.activations import ACT2FN
 
 from hf_seq import GPTConfig, GPTForCausalLM
-from hf_seq.compute import training_flops_per_token
 from hf_seq.convert import CONVERSIONS, to_transformers
+from hf_seq.training.compute import training_flops_per_token
 
 MODELS = ("ours", "transformers")
 

@@ -92,7 +92,7 @@ def make_corpus(folder: Path, paragraphs: list[tuple[str, str]], size_mb: float,
 
 
 def train_tokenizer(folder: Path, paragraphs: list[tuple[str, str]]) -> str:
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     tokenizer = train_bpe_tokenizer([text for _, text in paragraphs], vocab_size=VOCAB_SIZE)
     tokenizer.save_pretrained(folder)
@@ -101,8 +101,8 @@ def train_tokenizer(folder: Path, paragraphs: list[tuple[str, str]]) -> str:
 
 # ---------------------------------------------------------------------------------------------- one run (child)
 def child(spec: dict) -> None:
-    import hf_seq.training as training
-    from hf_seq.recipes import load_recipe
+    import hf_seq.training.pretraining as training
+    from hf_seq.training.recipes import load_recipe
 
     recipe = load_recipe(
         {

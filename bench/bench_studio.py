@@ -33,10 +33,10 @@ def timed(function, repeats: int) -> tuple[float, object]:
 
 def recipe_model(name: str, tokenizer):
     """A model of the shipped recipe `name`'s shape (untrained: the time does not depend on the weights)."""
-    from hf_seq.recipes import load_recipe
     from hf_seq.registry import family
-    from hf_seq.runs import build_config
     from hf_seq.studio import Loaded
+    from hf_seq.training.recipes import load_recipe
+    from hf_seq.training.runs import build_config
 
     recipe = load_recipe(name)
     fam = family(recipe.family)
@@ -45,7 +45,7 @@ def recipe_model(name: str, tokenizer):
 
 
 def text_of(tokenizer, count: int) -> str:
-    from hf_seq.data import stdlib_texts
+    from hf_seq.data.corpora import stdlib_texts
 
     ids = tokenizer(stdlib_texts(max_chars=20_000)[0])["input_ids"][:count]
     return tokenizer.decode(ids)

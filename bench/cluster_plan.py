@@ -10,7 +10,7 @@ Models. GPT-2 small as the recipe builds it (12 layers, d = 768, 12 heads, seque
 vocabulary, so 110M parameters rather than the 124M of GPT-2's 50,257) and GPT-2 medium's shapes (24 layers,
 d = 1024, 16 heads) with the same vocabulary and sequence.
 
-Compute. FLOPs per token = 6 N + 12 L d s (PaLM, Chowdhery et al. 2022, appendix B; `hf_seq.compute`). Peak: the
+Compute. FLOPs per token = 6 N + 12 L d s (PaLM, Chowdhery et al. 2022, appendix B; `hf_seq.training.compute`). Peak: the
 H100 SXM's dense bf16 tensor-core figure, 989 TFLOP/s (NVIDIA's datasheet lists 1,979 with 2:4 sparsity). MFU 40%
 is what llm.c reached on GPT-2 small: its replication took 45 minutes on 8 H100s for 10B tokens (modded-nanogpt's
 README, https://github.com/KellerJordan/modded-nanogpt), that is 463k tokens/s per GPU x 0.855 GFLOPs per token
@@ -46,8 +46,8 @@ from pathlib import Path
 import torch
 
 from hf_seq import GPTConfig, GPTForCausalLM
-from hf_seq.compute import training_flops_per_token
-from hf_seq.recipes import load_recipe
+from hf_seq.training.compute import training_flops_per_token
+from hf_seq.training.recipes import load_recipe
 
 PEAK = 989e12  # H100 SXM dense bf16, FLOP/s
 MFUS = (0.40, 0.50)

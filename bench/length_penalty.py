@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "length_penalty_cpu.md")
     args = parser.parse_args()
 
-    from hf_seq.training import evaluate_folder
+    from hf_seq.training.pretraining import evaluate_folder
 
     lineage = json.loads((args.folder / "lineage.json").read_text())
     single = len(lineage["sizes"]) == 1 and lineage["seeds"] == 1

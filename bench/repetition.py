@@ -1,7 +1,7 @@
 """Back-to-back repetition in translations ("un dispositivo de entrada de entrada"): where it comes from and what
 blocking it costs. One trained translation model (a run folder of `hf-seq train`, or a member of `hf-seq lineage
 --task translation`) translates the test pairs under several decodings, each a change of the recipe's
-`training.generation_*` keys through `hf_seq.tasks.translate` (the evaluations' own path):
+`training.generation_*` keys through `hf_seq.data.tasks.translate` (the evaluations' own path):
 
 - greedy, and beam search of 5 with length penalty 1.0 (the runs' decoding) and 0.0: is it the search or the model;
 - a cap of 2 x source tokens + 20 in place of 1.2 x + 10: do stuttering outputs run into the length cap;
@@ -66,7 +66,7 @@ def model_prefers_the_stutter(model, tokenizer, sources, hypotheses) -> dict:
     the repeat removed (in total, and per token)?"""
     import torch
 
-    from hf_seq.evaluation import repeats_back_to_back
+    from hf_seq.evaluation.metrics import repeats_back_to_back
 
     @torch.no_grad()
     def score(source, target):
@@ -97,9 +97,10 @@ def main() -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     import hf_seq  # noqa: F401  (registers the families)
-    from hf_seq import evaluation, tasks
-    from hf_seq.recipes import load_recipe
-    from hf_seq.runs import choose_threads
+    from hf_seq.data import tasks
+    from hf_seq.evaluation import metrics as evaluation
+    from hf_seq.training.recipes import load_recipe
+    from hf_seq.training.runs import choose_threads
 
     torch.set_num_threads(choose_threads())  # one per idle core: a busy core stalls every step at OpenMP's barriers
 
@@ -137,7 +138,7 @@ def main() -> None:
         "",
         f"Model: `{folder.name}` ({recipe_tree['family']}, {sum(p.numel() for p in model.parameters()):,} "
         f"parameters, trained {recipe_tree['training'].get('max_steps')} steps); {len(sources):,} pairs of "
-        f"`{pairs.name}`, each decoding through `hf_seq.tasks.translate`. Repetition: the share of outputs with a "
+        f"`{pairs.name}`, each decoding through `hf_seq.data.tasks.translate`. Repetition: the share of outputs with a "
         "run of 1-4 words repeated back to back (`hf_seq.evaluation.repeats_back_to_back`; case-insensitive, "
         f"punctuation-only runs not counted). The references': {100 * reference_rate:.1f}%. At the cap: outputs "
         "whose tokens reach the length limit.",

@@ -67,8 +67,8 @@ def main() -> None:
     if args.quick:
         args.steps, args.eval_examples = 6, 8
 
-    from hf_seq.recipes import load_recipe
-    from hf_seq.training import evaluate_folder, run
+    from hf_seq.training.pretraining import evaluate_folder, run
+    from hf_seq.training.recipes import load_recipe
 
     before = machine_description("cpu")
     rows = []

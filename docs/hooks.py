@@ -61,24 +61,24 @@ PIPELINES = {
 
 # Tooling modules documented beside the models, with the names a user calls.
 TOOLS = {
-    "hf_seq.runs": "A run as a value: RunResult, finished runs, hf-seq evaluate",
+    "hf_seq.training.runs": "A run as a value: RunResult, finished runs, hf-seq evaluate",
     "hf_seq.experiments.study": "The study runner the lineages share",
     "hf_seq.experiments.sizing": "Sizes chosen by the budget: pilots and the loss surface (--sizes auto)",
     "hf_seq.models.losses": "The fused language-model loss (config.fused_loss)",
     "hf_seq.models.prediction": "Forecasting heads: lagged values in, a distribution over the next value out",
-    "hf_seq.forecasting": "Forecasting metrics, the classical benchmarks, AR(p) and the CO2 series",
-    "hf_seq.series": "Series for the time_series task: reading, splits in time, training windows",
+    "hf_seq.evaluation.forecasting": "Forecasting metrics, the classical benchmarks, AR(p) and the CO2 series",
+    "hf_seq.data.series": "Series for the time_series task: reading, splits in time, training windows",
     "hf_seq.studio.tokens": "The studio's views: what the models predict, token by token",
     "hf_seq.studio.inside": "The studio's views: the models' states, gates, attention and scans",
-    "hf_seq.tokenization": "Tokenizers",
-    "hf_seq.evaluation": "Evaluation",
+    "hf_seq.data.tokenization": "Tokenizers",
+    "hf_seq.evaluation.metrics": "Evaluation",
     "hf_seq.convert": "Conversion to and from transformers",
-    "hf_seq.plotting": "Plots",
-    "hf_seq.ngram": "The n-gram baseline",
+    "hf_seq.experiments.plotting": "Plots",
+    "hf_seq.baselines.ngram": "The n-gram baseline",
     "hf_seq.errors": "Errors",
-    "hf_seq.compute": "Training compute from a model's shapes",
-    "hf_seq.sharding": "Fully sharded data parallelism (FSDP2)",
-    "hf_seq.streaming": "Streaming corpora",
+    "hf_seq.training.compute": "Training compute from a model's shapes",
+    "hf_seq.training.sharding": "Fully sharded data parallelism (FSDP2)",
+    "hf_seq.data.streaming": "Streaming corpora",
 }
 
 MKDOCSTRINGS_OPTIONS = "    options:\n      show_root_heading: true\n      members: false\n"

@@ -2,7 +2,10 @@
 
 import importlib
 
+from . import faces
 from .registry import FAMILIES, after_import, register_lazily
+
+faces.install()  # the import paths of 0.1.0's flat modules (hf_seq.runs, hf_seq.tasks, ...) lead to their new places
 
 # Every class is imported on first use (`hf_seq.GPTForCausalLM`): `import hf_seq` and `hf-seq --help` import neither
 # torch nor transformers. The families register with the Auto classes when those are imported (see registry.py).
@@ -41,8 +44,8 @@ def __dir__():
 def _register_pipelines() -> None:
     """Importing each module registers its tasks (at its end, so that a module being imported when transformers'
     pipelines arrive registers once it is complete)."""
-    importlib.import_module("hf_seq.qa")  # extractive question answering, which transformers 5 removed
-    importlib.import_module("hf_seq.pipelines")  # translation / text2text-generation / summarization, removed too
+    importlib.import_module("hf_seq.pipelines.qa")  # extractive question answering, which transformers 5 removed
+    importlib.import_module("hf_seq.pipelines.text2text")  # translation / text2text-generation / summarization, removed too
 
 
 register_lazily()

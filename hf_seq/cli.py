@@ -46,8 +46,8 @@ DEMO_PROMPTS = ("def", "import os\n", "class", "    return", "for i in")
 def cmd_demo(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-    from hf_seq.recipes import load_recipe
     from hf_seq.training import run
+    from hf_seq.training.recipes import load_recipe
 
     overrides = [f"training.output_dir={args.output_dir}", f"training.max_seconds={args.minutes * 60}", *args.overrides]
     recipe = load_recipe(DEMO_RECIPE, overrides)
@@ -76,7 +76,7 @@ def cmd_demo(args) -> None:
         print("-" * 60)
         print(text[0]["generated_text"])
     print("-" * 60)
-    from hf_seq.hub import check_folder
+    from hf_seq.hub.publish import check_folder
 
     loaded = check_folder(out)  # what `hf-seq push` would upload, loaded where hf-seq cannot be imported
     print(f"The folder loads without hf-seq (trust_remote_code=True) as {sorted(set(loaded.values()))};")
@@ -84,8 +84,8 @@ def cmd_demo(args) -> None:
 
 
 def cmd_train(args) -> None:
-    from hf_seq.recipes import load_recipe
     from hf_seq.training import run
+    from hf_seq.training.recipes import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)  # every check happens here, before any data is read
     result = run(recipe, resume=args.resume, overwrite=args.overwrite)
@@ -94,8 +94,8 @@ def cmd_train(args) -> None:
 
 
 def cmd_finetune(args) -> None:
-    from hf_seq.finetuning import finetune
-    from hf_seq.recipes import load_recipe
+    from hf_seq.training.finetuning import finetune
+    from hf_seq.training.recipes import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides, command="finetune")
     result = finetune(recipe, resume=args.resume, overwrite=args.overwrite)
@@ -120,9 +120,9 @@ def recipe_parameters(recipe) -> int:
     tokens: a trained tokenizer may hold fewer, so the count is the recipe's size, not a run's to the last unit."""
     import torch
 
+    from hf_seq.data.tasks import TASKS
     from hf_seq.registry import family
-    from hf_seq.runs import build_config
-    from hf_seq.tasks import TASKS
+    from hf_seq.training.runs import build_config
 
     vocabulary = None if TASKS[recipe.task].series else _PlannedVocabulary(recipe.tokenizer.vocab_size)
     config = build_config(recipe, vocabulary)  # a model of real values has no tokenizer
@@ -140,7 +140,7 @@ def _count(n: int) -> str:
 def cmd_recipes(args) -> None:
     import yaml
 
-    from hf_seq.recipes import load_recipe, recipe_command, shipped_files, shipped_recipes
+    from hf_seq.training.recipes import load_recipe, recipe_command, shipped_files, shipped_recipes
 
     if args.action == "show":
         files = shipped_files()
@@ -171,11 +171,11 @@ def _is_main_process() -> bool:
 
 
 def cmd_train_tokenizer(args) -> None:
-    from hf_seq.data import load_text_dataset
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.corpora import load_text_dataset
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     if args.files:
-        from hf_seq.data import load_files
+        from hf_seq.data.corpora import load_files
 
         dataset = load_files(args.files, what="--files")  # local files only: a missing path is never a Hub name
     else:
@@ -192,13 +192,13 @@ def cmd_train_tokenizer(args) -> None:
 
 
 def cmd_card(args) -> None:
-    from hf_seq.cards import write_card
+    from hf_seq.hub.cards import write_card
 
     print(f"wrote {write_card(args.folder, repo_id=args.repo_id)}")
 
 
 def cmd_push(args) -> None:
-    from hf_seq.hub import push
+    from hf_seq.hub.publish import push
 
     print(push(args.folder, args.repo_id, private=args.private, token=args.token, dry_run=args.dry_run))
 
@@ -206,8 +206,8 @@ def cmd_push(args) -> None:
 def cmd_evaluate(args) -> None:
     """Evaluate a saved model on the held-out split of the recipe it was trained with (recipe.json in the folder),
     or of another recipe, with key=value overrides."""
-    from hf_seq.runs import evaluate_folder
-    from hf_seq.tasks import describe_scoring
+    from hf_seq.data.tasks import describe_scoring
+    from hf_seq.training.runs import evaluate_folder
 
     _model_folder(args.folder)
     metrics = evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides)
@@ -238,7 +238,7 @@ def cmd_generate(args) -> None:
         raise InvalidValueError(f"--file {args.file} holds no prompts (one prompt per line)")
     _model_folder(args.folder)
     if Path(args.folder).is_dir():
-        from hf_seq.checksums import verify_checksums
+        from hf_seq.hub.checksums import verify_checksums
 
         verify_checksums(args.folder)  # weights damaged since the run saved them
     if args.seed is not None:

@@ -21,8 +21,8 @@ from hf_seq import (
     TransformerConfig,
 )
 from hf_seq.cli import main
+from hf_seq.data.tokenization import check_special_tokens, train_bpe_tokenizer
 from hf_seq.registry import family as get_family
-from hf_seq.tokenization import check_special_tokens, train_bpe_tokenizer
 
 V = 40  # vocabulary of the tiny models
 IDS = dict(vocab_size=V, pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -292,7 +292,7 @@ def test_train_names_a_data_file_without_rows(data_files, tmp_path, capsys, faul
 
 
 def test_an_empty_file_among_files_with_rows_is_read_as_no_rows(tmp_path):
-    from hf_seq.data import load_files
+    from hf_seq.data.corpora import load_files
 
     (tmp_path / "__init__.py").write_text("")  # a corpus of code files often holds some
     (tmp_path / "code.py").write_text(DOCUMENTS)
@@ -482,7 +482,7 @@ def test_a_fresh_task_head_on_a_pretrained_backbone_loads(saved_gpt, tmp_path):
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
     """A run's output folder whose recipe recorded local paths of the training machine."""
-    from hf_seq.cards import write_card
+    from hf_seq.hub.cards import write_card
 
     root = tmp_path_factory.mktemp("runs")
     folder = root / "gpt-tiny"
@@ -506,7 +506,7 @@ def run_folder(tmp_path_factory):
 
 
 def test_card_and_push_publish_names_not_paths(run_folder):
-    from hf_seq.hub import push, upload_contents
+    from hf_seq.hub.publish import push, upload_contents
 
     folder, root = run_folder
     card = (folder / "README.md").read_text()
@@ -530,7 +530,7 @@ def test_card_and_push_publish_names_not_paths(run_folder):
 
 
 def test_push_refuses(run_folder, tmp_path):
-    from hf_seq.hub import push
+    from hf_seq.hub.publish import push
 
     with pytest.raises(ValueError, match="repo_id.*'not a repo id'"):
         push(run_folder[0], "not a repo id", dry_run=True)

@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from hf_seq import BahdanauConfig, BahdanauForConditionalGeneration, BahdanauModel, BahdanauState
-from hf_seq.data import sequence_reversal
+from hf_seq.data.corpora import sequence_reversal
 from hf_seq.models.utils import cache_of
 from tests.tester import FIRST_WORD, PAD, ModelTesterMixin
 
@@ -523,7 +523,7 @@ def test_label_smoothing_is_the_shared_seq2seq_loss():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     corpus = [row[key] for row in sequence_reversal(200, seed=1) for key in ("source", "target")]
     return train_bpe_tokenizer(corpus, vocab_size=300, min_frequency=1)
@@ -647,7 +647,7 @@ def test_seq2seq_trainer_trains_and_predicts_with_generate(tokenizer, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ data and plots
 def test_reversal_and_date_tasks():
-    from hf_seq.data import SYNTHETIC_TASKS, date_conversion
+    from hf_seq.data.corpora import SYNTHETIC_TASKS, date_conversion
 
     rows = SYNTHETIC_TASKS["reversal"](num_examples=50, seed=3)
     assert rows == sequence_reversal(50, seed=3) and rows != sequence_reversal(50, seed=4)
@@ -665,7 +665,7 @@ def test_reversal_and_date_tasks():
 
 
 def test_alignment_heatmap_is_written(tmp_path):
-    from hf_seq.plotting import plot_alignment
+    from hf_seq.experiments.plotting import plot_alignment
 
     model = tiny_model()
     batch = source_batch()

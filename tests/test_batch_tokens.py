@@ -10,9 +10,9 @@ import datasets
 import pytest
 import torch
 
-from hf_seq.data import token_budget_batches
-from hf_seq.recipes import RecipeError, load_recipe
-from hf_seq.training import global_batch, run
+from hf_seq.data.corpora import token_budget_batches
+from hf_seq.training.pretraining import global_batch, run
+from hf_seq.training.recipes import RecipeError, load_recipe
 from tests.test_streaming import _finish, _train
 from tests.test_training import _free_port, _weights, kill_after_first_checkpoint
 
@@ -160,7 +160,7 @@ def _lengths(folder, rows):
     """The source and target lengths of the training pairs of a run's recipe, encoded as the run encoded them."""
     from transformers import AutoTokenizer
 
-    from hf_seq import tasks
+    from hf_seq.data import tasks
 
     recipe = load_recipe(json.loads((folder / "recipe.json").read_text()))
     prepared = tasks.prepare(recipe, tokenizer=AutoTokenizer.from_pretrained(folder))

@@ -14,10 +14,10 @@ from hf_seq import (
     BERTModel,
 )
 from hf_seq.convert import from_transformers, to_transformers
-from hf_seq.data import masked_lm_collator, packed_mlm_dataset
-from hf_seq.evaluation import classification_metrics, entity_spans, token_classification_metrics
-from hf_seq.qa import best_span
-from hf_seq.tokenization import train_bpe_tokenizer
+from hf_seq.data.corpora import masked_lm_collator, packed_mlm_dataset
+from hf_seq.data.tokenization import train_bpe_tokenizer
+from hf_seq.evaluation.metrics import classification_metrics, entity_spans, token_classification_metrics
+from hf_seq.pipelines.qa import best_span
 from tests.tester import ModelTesterMixin
 
 

@@ -7,8 +7,9 @@ import types
 
 import pytest
 
-from hf_seq import finetuning, training
-from hf_seq.recipes import DEFAULT_MAX_STEPS, RecipeError, load_recipe
+from hf_seq.training import finetuning
+from hf_seq.training import pretraining as training
+from hf_seq.training.recipes import DEFAULT_MAX_STEPS, RecipeError, load_recipe
 from tests.test_training import TINY_GPT
 
 SECONDS_PER_STEP = 10.0

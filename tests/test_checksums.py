@@ -8,10 +8,10 @@ import struct
 
 import pytest
 
-from hf_seq.checksums import ChecksumError, WeightValuesError
 from hf_seq.cli import main
-from hf_seq.hub import push, upload_contents
-from hf_seq.training import evaluate_folder, run
+from hf_seq.hub.checksums import ChecksumError, WeightValuesError
+from hf_seq.hub.publish import push, upload_contents
+from hf_seq.training.pretraining import evaluate_folder, run
 from tests.test_interruption import _recipe
 
 
@@ -129,8 +129,8 @@ def test_without_a_record_damaged_weights_are_refused_naming_the_tensor(finished
     assert exit_info.value.code == 2 and err.startswith("hf-seq: error: ") and err.count("\n") == 1, err
     assert re.search(named, err)
     # a run that starts from the folder (model.from_pretrained) refuses it the same way, before any training
-    from hf_seq.finetuning import finetune
-    from hf_seq.recipes import load_recipe
+    from hf_seq.training.finetuning import finetune
+    from hf_seq.training.recipes import load_recipe
 
     tree = {"family": "gpt", "task": "sequence_classification", "model": {"from_pretrained": str(folder)}}
     tree |= {"data": {"dataset": "parentheses", "block_size": 32, "max_examples": 64, "eval_examples": 8}}

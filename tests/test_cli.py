@@ -91,7 +91,7 @@ def test_push_dry_run_checks_the_folder_loads_without_hf_seq(demo_run, capsys):
 def test_push_refuses_a_broken_folder(demo_run, tmp_path):
     import shutil
 
-    from hf_seq.hub import check_folder, push
+    from hf_seq.hub.publish import check_folder, push
 
     broken = tmp_path / "broken"
     shutil.copytree(demo_run[0], broken)
@@ -169,7 +169,7 @@ def test_fp16_on_a_cpu_is_a_user_error(tmp_path, capsys):
 
 def test_a_message_of_several_lines_follows_the_error_line(tmp_path, capsys):
     """--resume with a changed recipe lists the keys, one per line, under the error line."""
-    from hf_seq.recipes import load_recipe
+    from hf_seq.training.recipes import load_recipe
 
     interrupted = load_recipe(GPT_TINY, [f"training.output_dir={tmp_path}", "training.learning_rate=0.1"])
     (tmp_path / "checkpoints").mkdir()
@@ -202,7 +202,7 @@ def test_the_command_prints_no_traceback_for_a_user_error_and_one_with_debug(tmp
 def test_a_failure_inside_keeps_its_traceback(error):
     """A bug is told from a user error by its type, never by its message: an exception that is not a UserError,
     even one whose message reads like a recipe error, prints its traceback and exits with status 1."""
-    bug = f"import hf_seq.training\ndef run(*a, **k): raise {error}('data.dataset: planted')\nhf_seq.training.run = run"
+    bug = f"import hf_seq.training.pretraining\ndef run(*a, **k): raise {error}('data.dataset: planted')\nhf_seq.training.run = run"
     result = hf_seq_command("train", GPT_TINY, before=bug)
     assert result.returncode == 1
     assert "Traceback" in result.stderr and f"{error}: data.dataset: planted" in result.stderr

@@ -1,4 +1,4 @@
-"""hf_seq.compute: training FLOPs per token from a model's shapes, against a count by hand and GPT-2 small's known
+"""hf_seq.training.compute: training FLOPs per token from a model's shapes, against a count by hand and GPT-2 small's known
 size; the attention term comes from each family's registry row."""
 
 import pytest
@@ -11,7 +11,12 @@ from hf_seq import (
     TransformerConfig,
     TransformerForConditionalGeneration,
 )
-from hf_seq.compute import flop_parameters, model_flops_per_token, seq2seq_flops_per_token, training_flops_per_token
+from hf_seq.training.compute import (
+    flop_parameters,
+    model_flops_per_token,
+    seq2seq_flops_per_token,
+    training_flops_per_token,
+)
 
 TINY = dict(vocab_size=100, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
 

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from hf_seq import tasks
-from hf_seq.recipes import load_recipe
+from hf_seq.data import tasks
+from hf_seq.training.recipes import load_recipe
 from tests.test_training import ROOT
 
 WORDS = "the a model of language reads each word and guesses what comes next from what came before it".split()

@@ -11,8 +11,8 @@ import datasets
 import pytest
 from transformers import AutoTokenizer
 
-from hf_seq import data as data_lib
-from hf_seq.tokenization import train_bpe_tokenizer
+from hf_seq.data import corpora as data_lib
+from hf_seq.data.tokenization import train_bpe_tokenizer
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
@@ -66,7 +66,7 @@ CHILD = """
 import json, sys
 import datasets
 from transformers import AutoTokenizer
-from hf_seq import data
+from hf_seq.data import corpora as data
 datasets.config.HF_DATASETS_CACHE = sys.argv[1]
 spec = json.loads(sys.argv[2])
 out = data.tokenize_texts(data.load_files(spec["files"]), AutoTokenizer.from_pretrained(spec["tokenizer"]))

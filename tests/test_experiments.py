@@ -9,7 +9,7 @@ import torch
 
 from hf_seq.cli import main
 from hf_seq.experiments import EXPERIMENTS, get_experiment
-from hf_seq.schedules import scheduled_sampling_probability, teacher_forcing_probability
+from hf_seq.training.schedules import scheduled_sampling_probability, teacher_forcing_probability
 
 
 def check_written(folder, results: dict) -> dict:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from hf_seq.finetuning import finetune
-from hf_seq.recipes import RecipeError, load_recipe
+from hf_seq.training.finetuning import finetune
+from hf_seq.training.recipes import RecipeError, load_recipe
 
 TINY = {"embedding_dropout": 0.0, "hidden_dropout": 0.0}
 SCHEDULE = {
@@ -50,7 +50,7 @@ def test_sequence_classification_from_scratch_reports_accuracy_and_f1(tmp_path):
     summary = finetune(r)
     assert summary["steps"] == 12 and summary["eval_examples"] == 20  # 5% of 400 rows, all scored
     # hf-seq evaluate on a fine-tuned run measures what the run reported (the same task evaluation)
-    from hf_seq.training import evaluate_folder
+    from hf_seq.training.pretraining import evaluate_folder
 
     again = evaluate_folder(tmp_path / "gpt")
     assert again["eval_accuracy"] == pytest.approx(summary["eval_accuracy"]) and again["eval_f1"] == pytest.approx(
@@ -62,15 +62,15 @@ def test_sequence_classification_from_scratch_reports_accuracy_and_f1(tmp_path):
     card = (out / "README.md").read_text()
     assert "pipeline_tag: text-classification" in card and f"{summary['eval_accuracy']:.4g}" in card
     assert not (out / "training_args.bin").exists()
-    from hf_seq.checksums import verify_checksums
+    from hf_seq.hub.checksums import verify_checksums
 
     assert verify_checksums(out) == ["model.safetensors"]  # the weights' SHA-256, for hf-seq evaluate / push
 
 
 def test_token_classification_continues_from_a_saved_model(tmp_path):
     from hf_seq import RNNConfig, RNNForCausalLM
-    from hf_seq.data import python_token_tagging
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.corpora import python_token_tagging
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     texts = [" ".join(r["tokens"]) for r in python_token_tagging(300)]
     tokenizer = train_bpe_tokenizer(texts, vocab_size=300, min_frequency=1, style="bert")

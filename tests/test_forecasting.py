@@ -1,4 +1,4 @@
-"""hf_seq.forecasting: the metrics against hand computations and their definitions (seasonal naive has MASE 1 in
+"""hf_seq.evaluation.forecasting: the metrics against hand computations and their definitions (seasonal naive has MASE 1 in
 sample), the benchmark forecasts and their intervals, AR(p) recovering a simulated AR(2), missing values, the
 errors, and the embedded CO2 series shipped as package data."""
 
@@ -11,20 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from hf_seq.errors import UserError
-from hf_seq.forecasting import (
-    CO2_WEEKLY_FILE,
+from hf_seq.baselines.forecasting import (
     AutoRegressive,
-    co2_weekly,
-    crps_from_samples,
-    interval_from_samples,
-    mase,
     naive_forecast,
     naive_forecast_scale,
     naive_samples,
-    quantile_loss,
     seasonal_naive_forecast,
     select_order,
+)
+from hf_seq.data.series import CO2_WEEKLY_FILE, co2_weekly
+from hf_seq.errors import UserError
+from hf_seq.evaluation.forecasting import (
+    crps_from_samples,
+    interval_from_samples,
+    mase,
+    quantile_loss,
     smape,
     weighted_quantile_loss,
 )
@@ -373,9 +374,9 @@ def test_co2_weekly_is_the_statsmodels_series():
 
 
 def test_co2_weekly_file_is_statsmodels_copy_unchanged_and_shipped_in_the_wheel():
-    data = resources.files("hf_seq").joinpath(*CO2_WEEKLY_FILE).read_bytes()
+    data = resources.files("hf_seq.data").joinpath(*CO2_WEEKLY_FILE).read_bytes()
     # the sha256 of statsmodels/datasets/co2/co2.csv in the statsmodels 0.15.0 wheel
     assert hashlib.sha256(data).hexdigest() == "16695fa2786e53414e5a6b54767a3fdf5de99cfbc68617f69d1362d92776a92f"
     tomllib = pytest.importorskip("tomllib")
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hf_seq"]
-    assert any(PurePosixPath(*CO2_WEEKLY_FILE).match(pattern) for pattern in patterns), patterns
+    assert any(PurePosixPath("data", *CO2_WEEKLY_FILE).match(pattern) for pattern in patterns), patterns

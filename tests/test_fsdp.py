@@ -13,8 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_seq import sharding, training
 from hf_seq.errors import InvalidValueError
+from hf_seq.training import pretraining as training
+from hf_seq.training import sharding
 from tests.test_training import ROOT, _free_port, _train, _weights, kill_after_first_checkpoint
 
 NO_DROPOUT = ["model.embedding_dropout=0.0", "model.hidden_dropout=0.0"]

@@ -307,7 +307,7 @@ def test_one_token_step_inputs_equal_transformers_general_ones():
 def saved_gpt(tmp_path_factory):
     """A tiny GPT and its BPE tokenizer saved in one folder, as a user would publish them."""
     from hf_seq import GPTForSequenceClassification
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     texts = [f"the {w} sat on the {v} mat" for w in ("cat", "dog", "bird") for v in ("red", "blue", "old")] * 10
     tokenizer = train_bpe_tokenizer(texts, vocab_size=300, min_frequency=1)

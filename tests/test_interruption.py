@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_seq.recipes import RecipeError, load_recipe
-from hf_seq.training import run
+from hf_seq.training.pretraining import run
+from hf_seq.training.recipes import RecipeError, load_recipe
 from tests.test_training import HELD_OUT, TINY_GPT, _train, _weights
 
 
@@ -194,7 +194,7 @@ def test_a_repeated_sigterm_still_saves_and_a_second_ctrl_c_stops_at_once():
     """On a cluster one preemption notice can reach a process twice (Slurm signals the whole job step, torchrun's
     agent forwards its own copy): the run must still finish its step and save. A Ctrl-C after any stop request is the
     user's "stop now"."""
-    from hf_seq.training import StopRequest
+    from hf_seq.training.pretraining import StopRequest
 
     with StopRequest() as stop:
         signal.raise_signal(signal.SIGTERM)

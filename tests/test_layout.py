@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import hf_seq
+from hf_seq.faces import LAYERS
 
 PACKAGE = Path(hf_seq.__file__).parent
 
@@ -98,9 +99,9 @@ def circle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
 def test_the_graph_sees_every_kind_of_import():
     graph = import_graph()
     assert "hf_seq.registry" in graph["hf_seq"]  # from .registry import ... (package __init__)
-    assert "hf_seq.data" in graph["hf_seq.cards"]  # from hf_seq.data import ... (module level)
-    assert "hf_seq.data" in graph["hf_seq.hub"]  # from hf_seq.data import ... (inside a function)
-    assert "hf_seq.models.configuration_gpt" in graph["hf_seq.compute"]
+    assert "hf_seq.data.corpora" in graph["hf_seq.hub.cards"]  # from hf_seq.data.corpora import ... (module level)
+    assert "hf_seq.data.corpora" in graph["hf_seq.hub.publish"]  # from hf_seq.data.corpora import ... (inside a function)
+    assert "hf_seq.models.configuration_gpt" in graph["hf_seq.training.compute"]
 
 
 def test_circles_are_found_and_named():
@@ -112,3 +113,46 @@ def test_circles_are_found_and_named():
 def test_no_import_circles():
     found = circles(import_graph())
     assert not found, "import circles in hf_seq:\n" + "\n".join(" -> ".join(circle) for circle in found)
+
+
+def room(module: str) -> str:
+    """The top-level module or package a module belongs to ("hf_seq" for the package's own __init__.py)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "hf_seq"
+
+
+def upward_imports(graph: dict[str, set[str]], layers) -> list[str]:
+    """Every import of a module from a room on its own layer or above, as "a -> b (room layer -> room layer)"."""
+    layer = {name: level for level, names in enumerate(layers) for name in names}
+    found = []
+    for source, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            here, there = room(source), room(target)
+            if here != there and layer[there] >= layer[here]:
+                found.append(f"{source} -> {target} ({here} {layer[here]} -> {there} {layer[there]})")
+    return found
+
+
+def test_every_room_has_a_layer():
+    rooms = {room(name) for name in import_graph()}
+    assert rooms == {name for names in LAYERS for name in names}
+
+
+def test_upward_imports_are_found():
+    graph = {"hf_seq.cli": {"hf_seq.errors"}, "hf_seq.errors": {"hf_seq.cli"}}
+    assert upward_imports(graph, (("errors",), ("cli",))) == ["hf_seq.errors -> hf_seq.cli (errors 0 -> cli 1)"]
+    assert upward_imports(graph, (("errors", "cli"),)) == [
+        "hf_seq.cli -> hf_seq.errors (cli 0 -> errors 0)",
+        "hf_seq.errors -> hf_seq.cli (errors 0 -> cli 0)",
+    ]
+
+
+def test_each_room_imports_only_the_layers_below_it():
+    found = upward_imports(import_graph(), LAYERS)
+    assert not found, "imports that do not go down a layer:\n" + "\n".join(found)
+
+
+def test_the_top_level_is_a_few_rooms():
+    """The top level holds packages by job; a module there is a leaf everyone needs, the face, or the command."""
+    modules = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem != "__init__")
+    assert modules == ["cli", "errors", "faces", "registry"]

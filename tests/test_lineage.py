@@ -69,7 +69,7 @@ def test_reports_and_cards_name_a_local_corpus_by_its_file_name(tmp_path, monkey
     """lineage.md, lineage.json, the plot's title and the members' cards are meant to be shared: a local corpus
     appears in them as its file name, never as this machine's path (as `hf-seq push` publishes a recipe)."""
     from hf_seq.cli import main
-    from hf_seq.data import stdlib_texts
+    from hf_seq.data.corpora import stdlib_texts
 
     corpus = tmp_path / "home-of-someone-7f3a" / "data" / "corpus-7f3a.txt"
     corpus.parent.mkdir(parents=True)
@@ -201,8 +201,8 @@ def test_the_same_command_again_reuses_the_finished_runs(study, capsys):
 def test_a_run_saved_before_a_recipe_key_existed_is_reused_and_a_changed_one_is_not(study, tmp_path):
     """finished_run reads the saved recipe through the loader: a key missing from it (added to hf-seq after the run)
     means its default, so the run is reused, read back as a RunResult; a setting that differs means a different run."""
-    from hf_seq.recipes import load_recipe
-    from hf_seq.runs import finished_run
+    from hf_seq.training.recipes import load_recipe
+    from hf_seq.training.runs import finished_run
 
     out, _ = study
     folder = shutil.copytree(out / "gpt-6000-seed0", tmp_path / "run")

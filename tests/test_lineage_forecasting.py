@@ -32,21 +32,22 @@ def test_quick_run_scores_every_member_on_the_same_windows(quick):
 
 def test_the_benchmarks_are_the_forecasting_module_s(quick):
     """The seasonal-naive member's figures are `naive_samples` scored by `score_samples` on the last window."""
-    from hf_seq import forecasting
-    from hf_seq.series import split_series
+    from hf_seq.baselines.forecasting import naive_samples
+    from hf_seq.data.series import co2_weekly, split_series
+    from hf_seq.evaluation.forecasting import score_samples
 
-    _, values = forecasting.co2_weekly()
+    _, values = co2_weekly()
     test = split_series([{"id": "co2", "values": values}], prediction_length=8)["test"][0]
     record = next(r for r in quick[1]["members"] if r["name"] == "seasonal_naive")
-    samples = forecasting.naive_samples(test["history"], 8, 52, num_samples=20, seed=0)
-    expected = forecasting.score_samples(samples[None], test["future"][None], [test["history"]], 52)
+    samples = naive_samples(test["history"], 8, 52, num_samples=20, seed=0)
+    expected = score_samples(samples[None], test["future"][None], [test["history"]], 52)
     assert record["test_mase"] == pytest.approx(expected["mase"], rel=1e-12)
     assert record["test_crps"] == pytest.approx(expected["crps"], rel=1e-12)
     np.testing.assert_allclose(record["forecast"]["median"], np.quantile(samples, 0.5, axis=0))
 
 
 def test_a_network_member_s_figures_are_hf_seq_evaluate_s(quick):
-    from hf_seq.runs import evaluate_folder
+    from hf_seq.training.runs import evaluate_folder
 
     out, result = quick
     record = next(r for r in result["members"] if r["name"] == "lstm")

@@ -162,7 +162,7 @@ def test_bad_members_and_columns_are_one_line_errors(tmp_path, capsys, arguments
 def test_a_translation_column_is_read_by_its_languages(tmp_path):
     import datasets
 
-    from hf_seq.data import select_columns
+    from hf_seq.data.corpora import select_columns
 
     rows = [{"translation": {"en": f"the cat {i}", "de": f"die Katze {i}"}} for i in range(3)]
     typed = datasets.Dataset.from_list(
@@ -180,8 +180,8 @@ def test_a_translation_column_is_read_by_its_languages(tmp_path):
 
 
 def test_default_sizes_match_and_the_flops_count_splits_encoder_and_decoder():
-    from hf_seq.compute import model_flops_per_token, seq2seq_flops_per_token
     from hf_seq.experiments.study import count_parameters
+    from hf_seq.training.compute import model_flops_per_token, seq2seq_flops_per_token
 
     s = lt.LINEAGE.settings_for()
     for name in lt.MEMBERS:

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from hf_seq.data import stdlib_texts
-from hf_seq.evaluation import lm_metrics, token_byte_lengths
-from hf_seq.ngram import KneserNeyLM
+from hf_seq.baselines.ngram import KneserNeyLM
+from hf_seq.data.corpora import stdlib_texts
+from hf_seq.evaluation.metrics import lm_metrics, token_byte_lengths
 
 
 def bits_per_byte(nll_nats, num_bytes):
@@ -61,7 +61,7 @@ def test_bits_per_byte_equals_a_hand_computation():
 
 
 def test_five_gram_beats_unigram_on_stdlib_code():
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     texts = stdlib_texts(max_files=60)
     train_texts, held_out_texts = texts[:50], texts[50:]

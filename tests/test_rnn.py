@@ -382,9 +382,9 @@ def test_gradient_checkpointing_with_every_cell():
 @pytest.fixture(scope="module")
 def tokenizer():
     try:
-        from hf_seq.tokenization import train_bpe_tokenizer
+        from hf_seq.data.tokenization import train_bpe_tokenizer
     except ImportError:  # pragma: no cover - the tokenizer module is part of the package
-        pytest.skip("hf_seq.tokenization is not available")
+        pytest.skip("hf_seq.data.tokenization is not available")
     corpus = ["the cat sat on the mat", "a dog ran in the park", "the bird sang a song"] * 20
     return train_bpe_tokenizer(corpus, vocab_size=300, min_frequency=1)
 

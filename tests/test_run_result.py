@@ -8,9 +8,9 @@ import json
 import torch
 from safetensors.torch import load_file
 
-from hf_seq.recipes import load_recipe
-from hf_seq.runs import RunResult, finished_run
-from hf_seq.training import run
+from hf_seq.training.pretraining import run
+from hf_seq.training.recipes import load_recipe
+from hf_seq.training.runs import RunResult, finished_run
 from tests.test_training import TINY_GPT
 
 
@@ -44,7 +44,7 @@ def test_the_run_returns_the_selected_model_its_evaluations_and_summary(tmp_path
 
 def test_a_run_takes_data_already_prepared(tmp_path):
     """A study prepares its data once; the run trains on it exactly as on data it prepares itself."""
-    from hf_seq import tasks
+    from hf_seq.data import tasks
 
     tree = copy.deepcopy(TINY_GPT)
     common = ["training.threads=1", "training.log_with=none", "training.max_steps=3", "training.eval_every=3"]

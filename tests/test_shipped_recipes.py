@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from hf_seq.cli import main, recipe_parameters
-from hf_seq.recipes import SHIPPED, load_recipe, recipe_command, shipped_files, shipped_recipes
+from hf_seq.training.recipes import SHIPPED, load_recipe, recipe_command, shipped_files, shipped_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = list(shipped_recipes())
@@ -85,7 +85,7 @@ def trained(monkeypatch, tmp_path):
         return types.SimpleNamespace(summary={})
 
     monkeypatch.setattr("hf_seq.training.run", run)
-    monkeypatch.setattr("hf_seq.finetuning.finetune", run)
+    monkeypatch.setattr("hf_seq.training.finetuning.finetune", run)
     monkeypatch.chdir(tmp_path)
     return given
 

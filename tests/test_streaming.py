@@ -16,13 +16,13 @@ import yaml
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from hf_seq import data as data_lib
-from hf_seq import tasks
+from hf_seq.data import corpora as data_lib
+from hf_seq.data import tasks
+from hf_seq.data.streaming import BlockStream, first_texts
+from hf_seq.data.tokenization import train_bpe_tokenizer
 from hf_seq.errors import InvalidValueError, MissingFileError
-from hf_seq.recipes import RecipeError, load_recipe
-from hf_seq.streaming import BlockStream, first_texts
-from hf_seq.tokenization import train_bpe_tokenizer
-from hf_seq.training import global_batch
+from hf_seq.training.pretraining import global_batch
+from hf_seq.training.recipes import RecipeError, load_recipe
 from tests.test_training import ROOT, TINY_GPT, _free_port, _weights, kill_after_first_checkpoint
 
 WORDS = "the a of and to in is was he it for on that with as his by at from they this an be had not but are".split()

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from hf_seq.cli import main
+from hf_seq.data.tokenization import train_bpe_tokenizer
 from hf_seq.registry import family
 from hf_seq.studio import Loaded, inside, to_csv, tokens
-from hf_seq.tokenization import train_bpe_tokenizer
 
 TEXT = "def read(path):\n    return open(path).read()\n"
 
@@ -28,7 +28,7 @@ def tiny(tokenizer, fam_name: str, auto: str, **keys):
 
 @pytest.fixture(scope="module")
 def models():
-    from hf_seq.ngram import KneserNeyLM
+    from hf_seq.baselines.ngram import KneserNeyLM
 
     texts = [TEXT * 3, "def write(path, text):\n    open(path, 'w').write(text)\n" * 3, "Thu, Mar 5, 1998 1998-03-05"]
     tokenizer = train_bpe_tokenizer(texts, vocab_size=300, style="byte_level", show_progress=False)

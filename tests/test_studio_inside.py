@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from hf_seq.data.tokenization import train_bpe_tokenizer
 from hf_seq.models.scan import s4d_step
 from hf_seq.models.utils import cache_of
 from hf_seq.registry import family
 from hf_seq.studio import Loaded, inside, to_csv
-from hf_seq.tokenization import train_bpe_tokenizer
 
 TEXT = "the cat sat on the mat in the park"
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "the dog sat in the sun"] * 10

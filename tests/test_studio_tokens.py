@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from hf_seq.ngram import KneserNeyLM
+from hf_seq.baselines.ngram import KneserNeyLM
+from hf_seq.data.tokenization import train_bpe_tokenizer
 from hf_seq.registry import family
 from hf_seq.studio import Loaded, to_csv
 from hf_seq.studio import tokens as views
-from hf_seq.tokenization import train_bpe_tokenizer
 
 TEXT = "the cat sat on the mat and the dog ran in the park"
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "the dog sat in the sun", "the cat ran"] * 10

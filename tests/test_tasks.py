@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_seq import data as data_lib
-from hf_seq import tasks
-from hf_seq.evaluation import evaluate_language_model, lm_metrics, token_byte_lengths
-from hf_seq.recipes import RecipeError, load_recipe
-from hf_seq.tokenization import train_bpe_tokenizer
+from hf_seq.data import corpora as data_lib
+from hf_seq.data import tasks
+from hf_seq.data.tokenization import train_bpe_tokenizer
+from hf_seq.evaluation.metrics import evaluate_language_model, lm_metrics, token_byte_lengths
+from hf_seq.training.recipes import RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 32}
@@ -66,7 +66,7 @@ def test_validation_and_test_files_are_scored_whole(tmp_path, corpus, tokenizer)
     recipe.tokenizer.path = None
     prepared = tasks.prepare(recipe, tokenizer=tokenizer)
     assert len(prepared.train) * 16 >= 300 * 8  # all training paragraphs, none held out from them
-    from hf_seq.training import build_model
+    from hf_seq.training.pretraining import build_model
 
     metrics = tasks.evaluate(recipe, prepared, build_model(recipe, prepared), "cpu")
     assert metrics["eval_tokens"] == _expected_scored_tokens(corpus["valid"], tokenizer, 16)
@@ -77,7 +77,7 @@ def test_validation_and_test_files_are_scored_whole(tmp_path, corpus, tokenizer)
 def test_a_capped_evaluation_says_how_much_it_scored(tmp_path, corpus, tokenizer):
     recipe = _recipe(tmp_path, corpus, validation=str(corpus["valid"]), eval_examples=3)
     prepared = tasks.prepare(recipe, tokenizer=tokenizer)
-    from hf_seq.training import build_model
+    from hf_seq.training.pretraining import build_model
 
     metrics = tasks.evaluate(recipe, prepared, build_model(recipe, prepared), "cpu")
     assert metrics["eval_examples"] == 3 and metrics["eval_examples_total"] > 3
@@ -86,7 +86,7 @@ def test_a_capped_evaluation_says_how_much_it_scored(tmp_path, corpus, tokenizer
 
 
 def test_training_writes_the_named_metrics_and_the_card_states_them(tmp_path, corpus):
-    from hf_seq.training import run
+    from hf_seq.training.pretraining import run
 
     recipe = _recipe(tmp_path, corpus, validation=str(corpus["valid"]), test=str(corpus["test"]), eval_examples=5)
     recipe.training.log_with = None
@@ -102,7 +102,7 @@ def test_training_writes_the_named_metrics_and_the_card_states_them(tmp_path, co
     assert f"{summary['eval_bits_per_byte']:.4g}" in card and "5 of" in card and "capped" in card
     assert "pipeline_tag: text-generation" in card and "- causal-lm" in card  # from the task table
     # hf-seq evaluate measures the same numbers again
-    from hf_seq.training import evaluate_folder
+    from hf_seq.training.pretraining import evaluate_folder
 
     again = evaluate_folder(tmp_path / "run")
     for key in ("eval_loss", "eval_bits_per_byte", "test_loss", "test_bits_per_byte"):
@@ -230,7 +230,7 @@ def test_train_tokenizer_reads_any_local_text_file(tmp_path):
         "train-tokenizer",
         "--files",
         str(ROOT / "README.md"),
-        str(ROOT / "hf_seq" / "tasks.py"),
+        str(ROOT / "hf_seq" / "data" / "tasks.py"),
         "--vocab-size",
         "300",
         "--output-dir",
@@ -263,7 +263,7 @@ def test_no_task_name_branches_outside_the_task_table():
 
 
 def test_the_recipe_sets_a_scheduled_sampling_decay(tmp_path):
-    from hf_seq.training import run
+    from hf_seq.training.pretraining import run
 
     decay = {"decay": "linear", "k": 1.0, "c": 0.25}
     recipe = load_recipe(
@@ -294,7 +294,7 @@ def test_the_recipe_sets_a_scheduled_sampling_decay(tmp_path):
 def test_parentheses_counts_decide_every_example():
     """What the data's docstring says: each unbalanced string has a bracket type whose opening and closing counts
     differ, so counting alone separates the classes (the task does not test nesting order)."""
-    from hf_seq.data import parentheses_classification
+    from hf_seq.data.corpora import parentheses_classification
 
     rows = parentheses_classification(num_examples=400)
     for row in rows:

@@ -10,9 +10,9 @@ import datasets
 import numpy as np
 import pytest
 
+from hf_seq.data.series import series_from_rows, split_series, training_windows
 from hf_seq.errors import InvalidValueError
-from hf_seq.recipes import load_recipe
-from hf_seq.series import series_from_rows, split_series, training_windows
+from hf_seq.training.recipes import load_recipe
 
 TINY_GPT = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "dropout": 0.0}
 HEAD = {"prediction_length": 6, "context_length": 12, "lags_sequence": [1, 2, 12]}
@@ -75,8 +75,8 @@ def test_splits_are_nested_in_time_and_training_never_reads_held_out_values():
 
 
 def test_hf_seq_train_and_evaluate_agree_on_a_csv_of_two_series(tmp_path):
-    from hf_seq.runs import evaluate_folder
-    from hf_seq.training import run
+    from hf_seq.training.pretraining import run
+    from hf_seq.training.runs import evaluate_folder
 
     result = run(load_recipe(recipe_tree(tmp_path)), progress=False)
     summary = result.summary
@@ -118,7 +118,7 @@ def test_hf_seq_train_and_evaluate_agree_on_a_csv_of_two_series(tmp_path):
     ],
 )
 def test_bad_input_names_the_key(tmp_path, change, message):
-    from hf_seq.tasks import prepare
+    from hf_seq.data.tasks import prepare
 
     tree = recipe_tree(tmp_path)
     for section, keys in change.items():

@@ -10,7 +10,7 @@ from transformers import (
 )
 
 from hf_seq import GPTConfig, GPTForCausalLM
-from hf_seq.tokenization import check_special_tokens, train_bpe_tokenizer
+from hf_seq.data.tokenization import check_special_tokens, train_bpe_tokenizer
 
 SUBJECTS = ["the cat", "a dog", "my neighbour", "the old sailor", "every student", "the robot"]
 VERBS = ["reads", "writes", "paints", "finds", "loves", "builds"]

@@ -14,7 +14,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from hf_seq.recipes import RecipeError, load_recipe
+from hf_seq.training.recipes import RecipeError, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_GPT = {
@@ -162,7 +162,7 @@ def test_starting_over_an_existing_run_is_refused(tmp_path):
     (out / "checkpoints" / "checkpoint-3").mkdir(parents=True)
     (out / "checkpoints" / "checkpoint-3" / "state.json").write_text("{}")  # written last: a complete checkpoint
     recipe = load_recipe(TINY_GPT, [f"training.output_dir={out}"])
-    from hf_seq.training import run
+    from hf_seq.training.pretraining import run
 
     with pytest.raises(FileExistsError, match="--resume"):
         run(recipe, progress=False)
@@ -242,6 +242,6 @@ def test_select_by_loss_saves_the_best_evaluation_and_patience_stops(tmp_path):
     assert best < max(losses), "the loss never rose: the test does not test selection"
     assert metrics["stopped_early"] == best + 2 == max(losses)
 
-    from hf_seq.training import evaluate_folder
+    from hf_seq.training.pretraining import evaluate_folder
 
     assert evaluate_folder(out)["eval_loss"] == losses[best]

@@ -321,7 +321,7 @@ def test_paper_model_converts_to_marian_and_unsupported_options_are_refused():
 # ------------------------------------------------------------------------------------------------ pipelines
 @pytest.fixture(scope="module")
 def tokenizer():
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     corpus = ["the cat sat on the mat", "a dog barks at night", "le chat est assis sur le tapis"] * 4
     return train_bpe_tokenizer(corpus, vocab_size=300, min_frequency=1)
@@ -367,7 +367,7 @@ def test_pipeline_from_a_saved_folder_with_construction_kwargs(tokenizer, tmp_pa
 def test_removed_task_names_are_registered_again():
     from transformers.pipelines import REMOVED_TASKS, check_task
 
-    from hf_seq.pipelines import TranslationPipeline
+    from hf_seq.pipelines.text2text import TranslationPipeline
 
     assert "translation" not in REMOVED_TASKS and "text2text-generation" not in REMOVED_TASKS
     assert check_task("translation")[1]["impl"] is TranslationPipeline
@@ -378,7 +378,7 @@ def test_removed_task_names_are_registered_again():
 
 # ------------------------------------------------------------------------------------------------ training aids
 def test_inverse_square_root_schedule_is_equation_3():
-    from hf_seq.schedules import inverse_sqrt_schedule, vaswani_learning_rate, vaswani_peak_learning_rate
+    from hf_seq.training.schedules import inverse_sqrt_schedule, vaswani_learning_rate, vaswani_peak_learning_rate
 
     assert vaswani_peak_learning_rate(512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5)
     parameter = torch.nn.Parameter(torch.zeros(1))
@@ -391,7 +391,7 @@ def test_inverse_square_root_schedule_is_equation_3():
 
 
 def test_alignment_plot_from_cross_attention(tmp_path):
-    from hf_seq.plotting import plot_alignment
+    from hf_seq.experiments.plotting import plot_alignment
 
     model = tiny_model(attn_implementation="eager")
     batch = source_batch()
@@ -411,7 +411,7 @@ def test_alignment_plot_from_cross_attention(tmp_path):
 def test_seq2seq_trainer_with_generation_and_bleu(tokenizer, tmp_path):
     """A few Seq2SeqTrainer steps on four phrase pairs (label smoothing, the inverse-sqrt schedule), then
     evaluation by generation: the BLEU it reports is the BLEU of what generate() gives for the same sources."""
-    from hf_seq.evaluation import bleu_metrics, corpus_bleu
+    from hf_seq.evaluation.metrics import bleu_metrics, corpus_bleu
 
     pairs = [("the cat sat", "le chat est assis"), ("on the mat", "sur le tapis"), ("the cat", "le chat")]
     eos = tokenizer.eos_token_id

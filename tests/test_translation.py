@@ -11,8 +11,8 @@ import pytest
 import torch
 from sacrebleu.metrics import BLEU
 
-from hf_seq.evaluation import repeats_back_to_back, translation_metrics
-from hf_seq.recipes import RecipeError, load_recipe
+from hf_seq.evaluation.metrics import repeats_back_to_back, translation_metrics
+from hf_seq.training.recipes import RecipeError, load_recipe
 
 
 # ---------------------------------------------------------------------------------------------- the metrics
@@ -147,7 +147,7 @@ def test_a_repeat_in_another_case_is_one_too():
 def test_word_pieces_mark_word_starts_and_share_keys_across_case_and_the_space_marker(trained):
     from transformers import AutoTokenizer
 
-    from hf_seq.tasks import word_pieces
+    from hf_seq.data.tasks import word_pieces
 
     folder, _ = trained
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -205,7 +205,7 @@ def _tiny(tmp_path, name, **training):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One run selecting on BLEU and averaging the last 3 evaluations' weights, shared by the tests below."""
-    from hf_seq.training import run
+    from hf_seq.training.pretraining import run
 
     tmp_path = tmp_path_factory.mktemp("translation")
     summary = run(_tiny(tmp_path, "run", select_by="bleu", average_checkpoints=3), progress=False)
@@ -268,7 +268,7 @@ def test_select_by_bleu_keeps_the_best_evaluation_and_averaging_lists_its_steps(
 def test_the_saved_weights_are_the_mean_of_the_averaged_evaluations(tmp_path):
     from safetensors.torch import load_file
 
-    from hf_seq.training import run
+    from hf_seq.training.pretraining import run
 
     summary = run(_tiny(tmp_path, "avg", average_checkpoints=2, max_steps=24), progress=False)
     assert summary["averaged_checkpoints"] == [12, 24]
@@ -280,7 +280,7 @@ def test_the_saved_weights_are_the_mean_of_the_averaged_evaluations(tmp_path):
     for name, tensor in saved.items():
         if name in snapshots[0]:
             torch.testing.assert_close(tensor, (snapshots[0][name] + snapshots[1][name]) / 2)
-    from hf_seq.training import evaluate_folder
+    from hf_seq.training.pretraining import evaluate_folder
 
     assert evaluate_folder(tmp_path / "avg")["eval_loss"] == pytest.approx(summary["eval_loss"])
 
@@ -332,7 +332,7 @@ def test_source_word_dropout_drops_whole_source_tokens_in_training_only(family):
 def test_the_gettext_pairs_come_in_an_order_that_any_first_n_samples_fairly():
     """Capped or cut, the embedded pairs must not be the alphabetically first messages (punctuation and format
     strings), which made the held-out BLEU of the gettext recipes a score on "%s" tokens."""
-    from hf_seq.data import gettext_pairs
+    from hf_seq.data.corpora import gettext_pairs
     from hf_seq.errors import MissingFileError
 
     try:

@@ -1,4 +1,4 @@
-"""The lectures' experiments, one module each, every one over the public API (model classes, configs, `hf_seq.data`,
+"""The lectures' experiments, one module each, every one over the public API (model classes, configs, `hf_seq.data.corpora`,
 `generate()`), so a student can re-run, change and look:
 
     hf-seq experiment --list

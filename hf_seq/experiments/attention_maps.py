@@ -23,7 +23,7 @@ from hf_seq import (
     TransformerConfig,
     TransformerForConditionalGeneration,
 )
-from hf_seq.data import date_conversion, masked_lm_collator
+from hf_seq.data.corpora import date_conversion, masked_lm_collator
 
 from .common import (
     BOS,

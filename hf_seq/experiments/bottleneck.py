@@ -32,8 +32,8 @@ from hf_seq import (
     TransformerConfig,
     TransformerForConditionalGeneration,
 )
-from hf_seq.data import sequence_reversal
-from hf_seq.plotting import plot_alignment
+from hf_seq.data.corpora import sequence_reversal
+from hf_seq.experiments.plotting import plot_alignment
 
 from .common import (
     BOS,

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
 
-from hf_seq.evaluation import lm_metrics, token_byte_lengths  # noqa: F401  (the figures every experiment reports)
+from hf_seq.evaluation.metrics import lm_metrics, token_byte_lengths  # noqa: F401  (the figures every experiment reports)
 
 
 def claim(claim: str, measured: str, agrees: bool) -> dict:
@@ -27,8 +27,8 @@ def stdlib_tokenizer_and_blocks(
     """A BPE tokenizer trained on the first `train_chars` characters of the standard library sources (files in a
     fixed order), and (training blocks, held-out blocks) of `block_size` token ids, (N, block_size) each: the text
     packed in document order with EOS between files; the held-out text is the files that follow."""
-    from hf_seq.data import pack_token_ids, stdlib_texts
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.corpora import pack_token_ids, stdlib_texts
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     texts = stdlib_texts(max_chars=train_chars + heldout_chars)
     split, total = len(texts), 0

@@ -3,7 +3,7 @@
 Trained with teacher forcing, a decoder only ever reads the true previous token; decoding on its own, it reads its
 own guesses, and one mistake puts it in states it never saw in training, where more mistakes follow. Scheduled
 sampling feeds the model its own sampled token instead of the true one with a probability 1 - epsilon_i that grows
-during training, following one of the paper's decays (`hf_seq.schedules.scheduled_sampling_probability`: linear,
+during training, following one of the paper's decays (`hf_seq.training.schedules.scheduled_sampling_probability`: linear,
 exponential, inverse sigmoid), set on the model's config (`BahdanauConfig.scheduled_sampling`) before every step.
 
 The same RNN encoder-decoder with attention (`BahdanauForConditionalGeneration`, GRU) is trained on sequence reversal
@@ -18,8 +18,8 @@ import time
 import torch
 
 from hf_seq import BahdanauConfig, BahdanauForConditionalGeneration
-from hf_seq.data import sequence_reversal
-from hf_seq.schedules import scheduled_sampling_probability
+from hf_seq.data.corpora import sequence_reversal
+from hf_seq.training.schedules import scheduled_sampling_probability
 
 from .common import (
     BOS,

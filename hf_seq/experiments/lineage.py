@@ -12,7 +12,7 @@ literature's margin over the n-gram, and samples from a shared prompt), `lineage
 `learning_curves.png` (held-out bits per byte against training tokens), `scaling.png` (against parameters, with
 several sizes), `compute.png` (against training FLOPs, with the fitted frontier) and one folder per member with its
 model card. The neural members train through `hf_seq.training.run`; the final
-figures of every member come from one scoring of the full held-out set (`hf_seq.evaluation`), the curves from the
+figures of every member come from one scoring of the full held-out set (`hf_seq.evaluation.metrics`), the curves from the
 runs' periodic evaluations on its first `curve_blocks` blocks. The loop, tuning, budgets and summary are the study
 runner's (`study.py`), which the translation lineage (`lineage_translation.py`) shares.
 
@@ -36,7 +36,7 @@ from hf_seq.experiments.lineage_report import (  # noqa: F401  (budget_estimate,
 )
 from hf_seq.experiments.ngram_member import fit_ngram, with_prefix
 from hf_seq.experiments.study import Member, Options, Settings, StudyData, count_parameters, trial_grid
-from hf_seq.hub import public_name
+from hf_seq.hub.publish import public_name
 
 # Mamba's sizes, smallest first: (layers, expansion). Sizing its state N instead (the scan's cost grows with N) made
 # a 0.4M member 20x slower than the others (N = 38) and left a 0.1M one three times too large (N = 1 is 315k).
@@ -159,8 +159,8 @@ class LanguageModels(study.Study):
         """One tokenizer, one split, one held-out set for everybody."""
         import numpy as np
 
-        from hf_seq.evaluation import token_byte_lengths
-        from hf_seq.recipes import load_recipe
+        from hf_seq.evaluation.metrics import token_byte_lengths
+        from hf_seq.training.recipes import load_recipe
 
         if options.max_chars is not None:
             s.max_chars = options.max_chars
@@ -192,7 +192,7 @@ class LanguageModels(study.Study):
         return "test_bits_per_byte" if data.held_out["test"] is not None else "validation_bits_per_byte"
 
     def flops(self, model, data, s) -> float:
-        from hf_seq.compute import model_flops_per_token
+        from hf_seq.training.compute import model_flops_per_token
 
         return model_flops_per_token(model, s.block_size)
 
@@ -204,7 +204,7 @@ class LanguageModels(study.Study):
 
     def score(self, row, run, plan, data, s) -> dict:
         """The selected weights scored once on the whole validation and test splits, and a sample."""
-        from hf_seq.evaluation import evaluate_language_model
+        from hf_seq.evaluation.metrics import evaluate_language_model
 
         tokenizer, record = data.prepared.tokenizer, {}
         collator = data.prepared.task.collator(data.recipe, tokenizer, run.model)

@@ -15,7 +15,7 @@ Fairness: every network reads the same lagged values (`lags`), the same `context
 scaling, has the same width, and the rest of it (its non-embedding parameters) is sized to the same target; all
 train with the same optimizer, schedule and windows, and keep the evaluation with the lowest validation NLL. The
 classical members are fitted on the same training part of each series. Every member's test figures come from its
-sample paths through `hf_seq.forecasting.score_samples`, which `hf-seq train` and `hf-seq evaluate` also use.
+sample paths through `hf_seq.evaluation.forecasting.score_samples`, which `hf-seq train` and `hf-seq evaluate` also use.
 """
 
 from dataclasses import dataclass
@@ -104,7 +104,7 @@ ROWS = (
 
 @dataclass
 class ForecastingData(StudyData):
-    splits: dict = None  # the series cut in time (hf_seq.series.split_series): train parts, validation, test windows
+    splits: dict = None  # the series cut in time (hf_seq.data.series.split_series): train parts, validation, test windows
     season: int = 1
 
 
@@ -118,10 +118,10 @@ class Forecasting(study.Study):
 
     def prepare(self, s, options: Options, output_dir: Path) -> ForecastingData:
         """The series read and cut once; the networks' windows and the benchmarks' histories come from one split."""
-        from hf_seq import series as series_lib
-        from hf_seq import tasks
-        from hf_seq.hub import public_name
-        from hf_seq.recipes import load_recipe
+        from hf_seq.data import series as series_lib
+        from hf_seq.data import tasks
+        from hf_seq.hub.publish import public_name
+        from hf_seq.training.recipes import load_recipe
 
         corpus = options.corpus or self.default_corpus
         lags = lags_of(s)
@@ -149,7 +149,7 @@ class Forecasting(study.Study):
         return "test_mase"
 
     def flops(self, model, data, s) -> float:
-        from hf_seq.compute import model_flops_per_token
+        from hf_seq.training.compute import model_flops_per_token
 
         return model_flops_per_token(model, s.block_size)
 
@@ -166,7 +166,7 @@ class Forecasting(study.Study):
         the first test window's sample paths for the figure."""
         import torch
 
-        from hf_seq import tasks
+        from hf_seq.data import tasks
 
         metrics = tasks.evaluate(run.recipe, data.prepared, run.model, run.device)
         record = {f"validation_{k.removeprefix('eval_')}": v for k, v in metrics.items() if k.startswith("eval_")}
@@ -183,14 +183,15 @@ class Forecasting(study.Study):
         the same windows from their sample paths, by the same function as the networks."""
         import time
 
-        from hf_seq import forecasting
+        from hf_seq.baselines.forecasting import AutoRegressive, select_order
+        from hf_seq.evaluation import forecasting
 
         started, season, splits = time.perf_counter(), data.season, data.splits
         order = None
         if row.name == "ar":
             train = [part["values"] for part in splits["train"]]
-            order = forecasting.select_order(train, s.knobs[row.name]["max_order"])
-            model = forecasting.AutoRegressive(order).fit(train)
+            order = select_order(train, s.knobs[row.name]["max_order"])
+            model = AutoRegressive(order).fit(train)
         record = {"name": row.name, "title": row.title if order is None else f"AR({order}), least squares"}
         record |= {"family": None, "params": None if order is None else order + 2, "non_embedding_params": None}
         record |= {"flops_per_token": None, "learning_rate": None, "dropout": None, "best_step": None}
@@ -211,13 +212,13 @@ class Forecasting(study.Study):
 
     @staticmethod
     def _paths(name: str, history, s, model) -> np.ndarray:
-        from hf_seq import forecasting
+        from hf_seq.baselines.forecasting import naive_samples
 
         horizon, samples = s.prediction_length, s.num_parallel_samples
         if name == "ar":
             return model.sample(history, horizon, samples, seed=0)
         season = s.season if name == "seasonal_naive" else 1
-        return forecasting.naive_samples(history, horizon, season, samples, seed=0)
+        return naive_samples(history, horizon, season, samples, seed=0)
 
     def scored_line(self, record: dict, metric: str) -> str:
         return f"test MASE {record['test_mase']:.3f}, CRPS {record['test_crps']:.4f}"

@@ -339,7 +339,7 @@ def write_language_model_report(result: dict, output_dir: Path, order) -> None:
     lines += [
         "The n-gram's parameters are its distinct stored n-grams (it has no embedding and no FLOPs figure), its seconds "
         "the counting; it is fit once and the same for every size and seed. FLOPs per token: 6 x the parameters a "
-        "token multiplies with (+ 12 L d s for attention; hf_seq.compute.model_flops_per_token). Epochs: training "
+        "token multiplies with (+ 12 L d s for attention; hf_seq.training.compute.model_flops_per_token). Epochs: training "
         "tokens seen / training tokens in the corpus. Every trial is in lineage.json.",
         "",
         "![learning curves](learning_curves.png)",
@@ -419,7 +419,7 @@ def write_translation_report(result: dict, output_dir: Path, order) -> None:
         "The lectures' order puts Bahdanau's additive score and Luong's bilinear one level (`~`): neither is an "
         "inversion of the other. FLOPs per token: a token is a source or target token of a pair; 6 x the encoder's "
         "parameters per source token, 6 x the decoder's (with the output layer) per target token, plus the "
-        "Transformer's attention (hf_seq.compute.seq2seq_flops_per_token). Repetition: the share of test "
+        "Transformer's attention (hf_seq.training.compute.seq2seq_flops_per_token). Repetition: the share of test "
         "translations that repeat a run of 1-4 words back to back (hf_seq.evaluation.repeats_back_to_back). Length "
         "ratio: translation length / reference length in BLEU's tokens. Every trial is in lineage.json.",
         "",
@@ -444,9 +444,9 @@ def alignment_figure(model, tokenizer, source: str, recipe, path: Path, title: s
     tokens down. Drawn from the attention weights themselves (the eager path), not a fused kernel."""
     import torch
 
+    from hf_seq.data.tasks import decoding, word_pieces
+    from hf_seq.experiments.plotting import plot_alignment
     from hf_seq.models.seq2seq import BackToBackRepeatBlock
-    from hf_seq.plotting import plot_alignment
-    from hf_seq.tasks import decoding, word_pieces
 
     kernel = model.config._attn_implementation
     if kernel not in (None, "eager"):
@@ -530,7 +530,7 @@ def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
         "in-sample error; below 1 beats that benchmark in sample). CRPS is the mean weighted quantile loss of the "
         "sample paths (GluonTS's and the Monash archive's figure); the NLL per value is the predicted density's "
         "(for the classical members, a normal with their sample paths' mean and spread). All from "
-        "`hf_seq.forecasting.score_samples`, as `hf-seq evaluate` reports them.",
+        "`hf_seq.evaluation.forecasting.score_samples`, as `hf-seq evaluate` reports them.",
         "",
     ]
     header = (

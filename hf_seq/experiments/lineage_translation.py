@@ -30,7 +30,7 @@ from hf_seq.errors import InvalidValueError
 from hf_seq.experiments import study
 from hf_seq.experiments.lineage_report import alignment_figure, plot_bleu_by_length, write_translation_report
 from hf_seq.experiments.study import Member, Options, Settings, StudyData
-from hf_seq.hub import public_name
+from hf_seq.hub.publish import public_name
 
 
 @dataclass
@@ -136,7 +136,7 @@ class Translation(study.Study):
 
     def prepare(self, s, options: Options, output_dir: Path) -> TranslationData:
         """One split, one tokenizer, one test set for everybody; a token is a source or target token of a pair."""
-        from hf_seq.recipes import load_recipe
+        from hf_seq.training.recipes import load_recipe
 
         corpus, language = options.corpus or DEFAULT_CORPUS, options.target_language or "fr"
         columns = dict(source_column=options.source_column or "source", target_column=options.target_column or "target")
@@ -170,7 +170,7 @@ class Translation(study.Study):
         return "test_bleu"
 
     def flops(self, model, data, s) -> float:
-        from hf_seq.compute import seq2seq_flops_per_token
+        from hf_seq.training.compute import seq2seq_flops_per_token
 
         return round(seq2seq_flops_per_token(model, *data.lengths))
 
@@ -196,7 +196,7 @@ class Translation(study.Study):
         """The kept weights, scored once by `tasks.evaluate` as `hf-seq evaluate` scores them: the perplexity of the
         whole validation split (not translated), and the test split, perplexity and translations (beam search) by
         BLEU, chrF, BLEU by length, repetition and length ratio; three examples and the alignment picture."""
-        from hf_seq import tasks
+        from hf_seq.data import tasks
 
         recipe, prepared = run.recipe, data.prepared
         metrics = tasks.evaluate(recipe, prepared, run.model, run.device, generate_for=("test",))
@@ -257,8 +257,8 @@ def split_corpus(s, corpus, validation, test, columns: dict, language: str, fold
     `test_pairs` pairs (a file named is scored whole)."""
     import torch
 
-    from hf_seq import data as data_lib
-    from hf_seq.recipes import load_recipe
+    from hf_seq.data import corpora as data_lib
+    from hf_seq.training.recipes import load_recipe
 
     section = dict(dataset=corpus, validation=validation, test=test, max_examples=s.max_pairs)
     section |= dict(target_language=language, eval_fraction=s.held_out_fraction) | columns

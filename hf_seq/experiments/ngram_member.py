@@ -36,7 +36,7 @@ def score_ngram(lm, blocks, byte_lengths) -> dict:
     its first, given at most order-1 tokens before it inside the block."""
     import numpy as np
 
-    from hf_seq.evaluation import lm_metrics
+    from hf_seq.evaluation.metrics import lm_metrics
 
     nll = sum(float(lm.token_nll(block).sum()) for block in blocks)
     tokens = sum(len(block) - 1 for block in blocks)
@@ -48,7 +48,7 @@ def train_ngram(s, order: int, train_stream, held_out_blocks, byte_lengths, voca
     """Fit on the first `budget_tokens` training tokens (all of them without a token budget); the learning curve
     refits on growing prefixes, which costs seconds, and ends with the whole training text when the budget is
     shorter (what the networks would be up against with more compute: `budget_estimate`)."""
-    from hf_seq.ngram import KneserNeyLM
+    from hf_seq.baselines.ngram import KneserNeyLM
 
     available = len(train_stream) if budget_tokens is None else min(budget_tokens, len(train_stream))
     curve = []
@@ -70,7 +70,7 @@ def write_ngram_card(folder: Path, record: dict, corpus: str) -> None:
     lines = [
         f"# {record['title']}",
         "",
-        f"An interpolated Kneser-Ney {record['order']}-gram model over the lineage's BPE token ids (`hf_seq.ngram`),",
+        f"An interpolated Kneser-Ney {record['order']}-gram model over the lineage's BPE token ids (`hf_seq.baselines.ngram`),",
         f"fit on {record['train_tokens']:,} training tokens of `{corpus}` in {record['seconds']:.1f} s.",
         "It stores no weights: its 'parameters' are its "
         f"{record['params']:,} distinct n-gram counts. Scored like the neural members:",

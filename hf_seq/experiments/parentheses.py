@@ -15,7 +15,7 @@ import time
 import torch
 
 from hf_seq import GPTConfig, GPTForSequenceClassification, RNNConfig, RNNForSequenceClassification
-from hf_seq.data import parentheses_classification
+from hf_seq.data.corpora import parentheses_classification
 
 from .common import (
     check_options,

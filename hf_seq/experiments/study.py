@@ -191,7 +191,7 @@ class Study:
     def settings_for(self, quick: bool = False, overrides=()):
         """The settings of a mode with `overrides` (KEY=VALUE, `MEMBER.KNOB=VALUE`) applied and type-checked as recipe
         values are: a wrong key or type is a one-line error naming it."""
-        from hf_seq.recipes import build_section, parse_overrides
+        from hf_seq.training.recipes import build_section, parse_overrides
 
         mode = "quick" if quick else "default"
         base = self.settings[mode]
@@ -211,7 +211,7 @@ class Study:
         return build_section(type(base), tree, "--set ")
 
     def _set_knobs(self, knobs: dict, member: str, values: dict) -> None:
-        from hf_seq.recipes import check_value
+        from hf_seq.training.recipes import check_value
 
         own = knobs.get(member, {})
         for knob, value in values.items():
@@ -308,7 +308,7 @@ class Study:
 def shared_data(recipe, output_dir: Path):
     """The study's data prepared once, with one tokenizer trained on its training split and saved in
     `output_dir/tokenizer`, from where every member's recipe names it: (the prepared data, that folder)."""
-    from hf_seq import tasks
+    from hf_seq.data import tasks
 
     folder = output_dir / "tokenizer"
     prepared = tasks.prepare(recipe, tokenizer_folder=folder)
@@ -447,9 +447,9 @@ class StudyRun:
         """One training run through `hf_seq.training.run` (or a finished run of the very same recipe, reused): a
         tuning trial or a pilot reports its `trial_keys`, seconds and validation curve; a final run (`score`) is
         scored by the study."""
-        from hf_seq.recipes import load_recipe
-        from hf_seq.runs import finished_run
-        from hf_seq.training import run
+        from hf_seq.training.pretraining import run
+        from hf_seq.training.recipes import load_recipe
+        from hf_seq.training.runs import finished_run
 
         s, data = self.s, self.data
         tree = json.loads(json.dumps(data.recipe.to_dict()))  # the shared recipe, without its test split

@@ -25,7 +25,7 @@ import time
 import torch
 
 from hf_seq import RNNConfig, RNNForCausalLM
-from hf_seq.data import sequence_reversal
+from hf_seq.data.corpora import sequence_reversal
 from hf_seq.models.utils import cache_of
 
 from .common import (

@@ -6,7 +6,7 @@ carries a copy of it and names its classes in `config.json` (`custom_pipelines`)
     pipeline("translation", model="path/to/folder", trust_remote_code=True)("the cat sat on the mat")
 
 builds `TranslationPipeline` from the folder. `import hf_seq` registers the same classes for every
-`AutoModelForSeq2SeqLM` (see `hf_seq.pipelines`). It imports only torch and transformers.
+`AutoModelForSeq2SeqLM` (see `hf_seq.pipelines.text2text`). It imports only torch and transformers.
 """
 
 import torch

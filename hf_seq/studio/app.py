@@ -28,7 +28,7 @@ def load(source: str) -> Loaded:
 
     path = check_source(source)
     if path.is_dir():
-        from hf_seq.checksums import verify_checksums
+        from hf_seq.hub.checksums import verify_checksums
 
         verify_checksums(path)
     config = AutoConfig.from_pretrained(source)

@@ -35,9 +35,9 @@ SEQ2SEQ = {
 def demo_models(seconds_per_model: float = 2.0, say=print) -> list[Loaded]:
     """Every family, trained for `seconds_per_model` each (the encoder-decoders 3x as long, at a higher rate: their
     attention starts uniform and needs the steps to align), and the 5-gram: the studio's `--demo` models."""
-    from hf_seq.data import date_conversion, stdlib_texts
-    from hf_seq.ngram import KneserNeyLM
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.baselines.ngram import KneserNeyLM
+    from hf_seq.data.corpora import date_conversion, stdlib_texts
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     torch.manual_seed(0)
     started = time.perf_counter()
@@ -99,8 +99,8 @@ def _pairs(pairs: list[dict], tokenizer, batch_size: int) -> dict:
 
 
 def _bert(texts: list[str], seconds: float) -> Loaded:
-    from hf_seq.data import masked_lm_collator
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.corpora import masked_lm_collator
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     tokenizer = train_bpe_tokenizer(texts, vocab_size=1024, style="bert", show_progress=False)
     model = _model("bert", "AutoModelForMaskedLM", tokenizer, dict(hidden_size=WIDTH, num_hidden_layers=2,

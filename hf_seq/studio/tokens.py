@@ -275,7 +275,7 @@ def context_reach(loaded: Loaded, text: str, position: int) -> dict:
 
 # ------------------------------------------------------------------------------------------------ 9. n-gram back-off
 def ngram_backoff(loaded: Loaded, text: str) -> dict:
-    """How the interpolated Kneser-Ney model (`hf_seq.ngram`) reaches each token's probability. P_k mixes the
+    """How the interpolated Kneser-Ney model (`hf_seq.baselines.ngram`) reaches each token's probability. P_k mixes the
     discounted order-k estimate with P_{k-1}, from order 1 up; an order whose history h (the k-1 tokens before) was
     never seen leaves P_{k-1} as it is, so the last order with a seen history decides the final mix.
 

@@ -12,7 +12,7 @@ MAX_TOKENS = 512  # a view reads at most this many tokens of the text (the app s
 @dataclass
 class Loaded:
     """One model the studio shows: its name (the run folder's), the model in eval mode (None for the n-gram), its
-    tokenizer, and for the n-gram member its counts (`hf_seq.ngram.KneserNeyLM`). `kind` is the family's name in
+    tokenizer, and for the n-gram member its counts (`hf_seq.baselines.ngram.KneserNeyLM`). `kind` is the family's name in
     the registry (`gpt`, `rnn`, `ssm`, ...) or `ngram`."""
 
     name: str

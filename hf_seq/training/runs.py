@@ -1,4 +1,4 @@
-"""What a training run hands back, and what pretraining (`hf_seq.training`) and fine-tuning (`hf_seq.finetuning`)
+"""What a training run hands back, and what pretraining (`hf_seq.training.pretraining`) and fine-tuning (`hf_seq.training.finetuning`)
 share: the model built from a recipe, the checks made before any data is read, the torch threads, the files a run
 folder holds (tokenizer, metrics, recipe, loss curve, card, checksums), a finished run found again, and `hf-seq
 evaluate` on a saved folder.
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from hf_seq import tasks
-from hf_seq.checksums import record_checksums, verify_checksums
+from hf_seq.data import tasks
 from hf_seq.errors import InvalidValueError, MissingFileError, RunExistsError
-from hf_seq.recipes import Recipe, RecipeError
+from hf_seq.hub.checksums import record_checksums, verify_checksums
 from hf_seq.registry import family as get_family
+from hf_seq.training.recipes import Recipe, RecipeError
 
 
 @dataclass(eq=False)
@@ -56,7 +56,7 @@ class RunResult(Mapping):
         """A finished run read back from its folder (weights checked against their recorded checksums)."""
         from transformers import AutoTokenizer
 
-        from hf_seq.recipes import load_recipe
+        from hf_seq.training.recipes import load_recipe
 
         folder = Path(folder)
         verify_checksums(folder)
@@ -75,7 +75,7 @@ def finished_run(recipe: Recipe, device=None) -> RunResult | None:
     part-way and started again with the same command trains only what it had not finished. The saved recipe is read
     through the recipe loader before the comparison, so a run saved before a recipe key existed counts as that key's
     default (which is what it ran with); damaged weights or an unreadable recipe count as not finished."""
-    from hf_seq.recipes import load_recipe
+    from hf_seq.training.recipes import load_recipe
 
     folder = Path(recipe.training.output_dir)
     needed = ("recipe.json", "metrics.json", "model.safetensors", "checksums.json")
@@ -200,7 +200,7 @@ def save_run_files(recipe, output_dir: Path, tokenizer, config, summary: dict, h
     """Beside the saved model: the tokenizer (cut to the model's context), metrics.json (the summary and `history`,
     the run's evaluations or Trainer's log), recipe.json, loss_curve.png (`curve`: plot_loss_curve's arguments), the
     card, and the checksums `hf-seq evaluate / generate / push` check."""
-    from hf_seq.cards import write_card
+    from hf_seq.hub.cards import write_card
 
     if tokenizer is not None:  # a model of real values has none
         context = getattr(config, "max_position_embeddings", None) or recipe.data.block_size
@@ -239,7 +239,7 @@ def evaluate_folder(folder, recipe=None, overrides=(), device=None) -> dict:
     Works for every task, pretrained or fine-tuned: the same `tasks.evaluate` the run used."""
     from transformers import AutoTokenizer
 
-    from hf_seq.recipes import load_recipe
+    from hf_seq.training.recipes import load_recipe
 
     folder = Path(folder)
     verify_checksums(folder)

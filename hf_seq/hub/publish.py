@@ -50,7 +50,7 @@ def public_name(value: str) -> str:
 def hub_dataset_ids(dataset) -> list[str]:
     """The entries of `data.dataset` that are Hub datasets (for the card's metadata): not local files, not the
     embedded defaults (`stdlib`, `gettext`, ...), without a `:config` suffix."""
-    from hf_seq.data import DATA_DESCRIPTIONS
+    from hf_seq.data.corpora import DATA_DESCRIPTIONS
 
     items = dataset if isinstance(dataset, list) else [dataset] if dataset else []
     names = [str(item).split(":")[0] for item in items if not is_local_path(item)]
@@ -183,7 +183,7 @@ def push(folder, repo_id: str, private: bool = False, token: str | None = None, 
         raise InvalidValueError(f"push: repo_id must look like 'your-name/model-name', got {repo_id!r}.")
     if not Path(folder).is_dir():
         raise MissingFileError(f"push: {folder} is not a folder (give the output_dir of a run or a saved model).")
-    from hf_seq.checksums import verify_checksums
+    from hf_seq.hub.checksums import verify_checksums
 
     verify_checksums(folder)  # never publish weights damaged since the run saved them
     loaded = check_folder(folder)

@@ -178,7 +178,7 @@ def check_special_tokens(
             f"The tokenizer lacks the special tokens {missing} needed{where}. Add them with "
             f"tokenizer.add_special_tokens({{{example}}}) and resize the model's embeddings "
             "(model.resize_token_embeddings(len(tokenizer))), or train one with "
-            "hf_seq.tokenization.train_bpe_tokenizer (style='bert' has [CLS] [SEP] [MASK] [PAD] [UNK]; "
+            "hf_seq.data.tokenization.train_bpe_tokenizer (style='bert' has [CLS] [SEP] [MASK] [PAD] [UNK]; "
             "style='byte_level' has <pad> <s> </s> <unk>)."
         )
     return ids

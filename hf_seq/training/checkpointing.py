@@ -16,12 +16,12 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
-from hf_seq import sharding
-from hf_seq.checksums import record_checksums, verify_checksums
+from hf_seq.data.streaming import BlockStream
 from hf_seq.errors import DamagedRunError, MissingFileError
-from hf_seq.recipes import SELECT_BY, Recipe, RecipeError
-from hf_seq.runs import refuse_earlier_run
-from hf_seq.streaming import BlockStream
+from hf_seq.hub.checksums import record_checksums, verify_checksums
+from hf_seq.training import sharding
+from hf_seq.training.recipes import SELECT_BY, Recipe, RecipeError
+from hf_seq.training.runs import refuse_earlier_run
 
 CHECKPOINT_PREFIX = "checkpoint-"
 # Recipe keys a resumed run may change; any other difference from the interrupted run is refused.

@@ -13,8 +13,8 @@ import datasets
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-from .errors import InvalidValueError, MissingFileError
-from .tokenization import check_special_tokens
+from hf_seq.data.tokenization import check_special_tokens
+from hf_seq.errors import InvalidValueError, MissingFileError
 
 STDLIB = "stdlib"
 
@@ -633,9 +633,9 @@ EMBEDDED = {
 DATA_DESCRIPTIONS = {
     "stdlib": "the CPython standard library sources (`.py` files, tests excluded) of the training machine",
     "gettext": "English messages paired with their translations from the system's gettext catalogs",
-    "reversal": "the synthetic sequence-reversal task of `hf_seq.data` (random letter sequences and their reverse)",
-    "dates": "the synthetic date-format conversion task of `hf_seq.data`",
-    "parentheses": "the synthetic balanced colored-parentheses task of `hf_seq.data`",
+    "reversal": "the synthetic sequence-reversal task of `hf_seq.data.corpora` (random letter sequences and their reverse)",
+    "dates": "the synthetic date-format conversion task of `hf_seq.data.corpora`",
+    "parentheses": "the synthetic balanced colored-parentheses task of `hf_seq.data.corpora`",
     "python-tokens": "Python tokens of the standard library sources tagged by the `tokenize` module",
     "co2": "the weekly mean CO2 concentration at Mauna Loa, 1958-2001 (Scripps; public domain), shipped in hf-seq",
 }

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from hf_seq.data import DATA_DESCRIPTIONS
+from hf_seq.data.corpora import DATA_DESCRIPTIONS
 from hf_seq.errors import MissingFileError
-from hf_seq.hub import hub_dataset_ids, public_recipe
+from hf_seq.hub.publish import hub_dataset_ids, public_recipe
 from hf_seq.registry import family as get_family
 
 PIPELINE_TAGS = {
@@ -42,7 +42,7 @@ METRIC_NAMES = {  # the names metrics.json uses -> (model-index type, what the c
 }
 SERIES_DATA_KEYS = ("dataset", "validation", "test", "target_column", "id_column", "timestamp_column", "test_windows",
                     "season", "max_examples")  # fmt: skip
-# a forecaster's loss is per value, not per token (its metrics count `points`, hf_seq.tasks._score_series)
+# a forecaster's loss is per value, not per token (its metrics count `points`, hf_seq.data.tasks._score_series)
 SERIES_LOSS = {f"{prefix}_loss": ("loss", f"NLL per value (nats) ({split})")
                for prefix, split in (("eval", "validation"), ("test", "test"))}  # fmt: skip
 
@@ -68,7 +68,7 @@ def describe_decoding(metrics: dict) -> str:
 
 
 def template() -> str:
-    return resources.files("hf_seq").joinpath("templates/model_card.md").read_text()
+    return resources.files("hf_seq.hub").joinpath("templates/model_card.md").read_text()
 
 
 def describe_architecture(config) -> str:
@@ -217,7 +217,7 @@ def card_metadata(config, auto_class: str, recipe, repo_id: str, dataset, hub_da
         "license": card_extra.get("license", "apache-2.0"),
     }
     if (recipe or {}).get("task"):  # a trained run: its task entry tags the card (a bare model: its Auto class)
-        from hf_seq.tasks import get_task
+        from hf_seq.data.tasks import get_task
 
         task = get_task(recipe["task"])
         metadata["pipeline_tag"] = task.pipeline_tag

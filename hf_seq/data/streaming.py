@@ -32,7 +32,7 @@ import torch
 from datasets.distributed import split_dataset_by_node
 from safetensors.torch import load_file, save_file
 
-from hf_seq import data as data_lib
+from hf_seq.data import corpora as data_lib
 from hf_seq.errors import InvalidValueError, MissingFileError
 
 # A tokenizer trained for a stream (no tokenizer.path) learns from the first documents, up to this many characters.

@@ -1,6 +1,6 @@
 """Fine-tuning with transformers' `Trainer` / `Seq2SeqTrainer`: sequence classification, token classification and
 translation, from a recipe. The model starts from a saved checkpoint (`model.from_pretrained: FOLDER`) or from
-scratch (config keys). The data, the collator and the final evaluation come from the task table (`hf_seq.tasks`),
+scratch (config keys). The data, the collator and the final evaluation come from the task table (`hf_seq.data.tasks`),
 as for `hf-seq train`, so `hf-seq evaluate` on the saved folder measures the same numbers."""
 
 import math
@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainerCallback, TrainingArguments
 
-from hf_seq import tasks
+from hf_seq.data import tasks
 from hf_seq.errors import MissingFileError
-from hf_seq.recipes import Recipe, resolve_tracker
-from hf_seq.runs import (
+from hf_seq.training.recipes import Recipe, resolve_tracker
+from hf_seq.training.runs import (
     RunResult,
     budget_note,
     build_model,

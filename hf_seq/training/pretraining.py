@@ -1,7 +1,7 @@
 """The training loop: plain PyTorch driven by `accelerate`, so one recipe runs on a CPU, one GPU, or many processes
 under `accelerate launch` (DDP, FSDP, DeepSpeed) without code changes. What the data is and how a model is scored
-comes from the task table (`hf_seq.tasks`); checkpoints and kept weights from `hf_seq.checkpoints`; what fine-tuning
-shares with this loop from `hf_seq.runs`. This file only trains: `run` is `setup`, `loop`, `finish`, and returns the
+comes from the task table (`hf_seq.data.tasks`); checkpoints and kept weights from `hf_seq.training.checkpointing`; what fine-tuning
+shares with this loop from `hf_seq.training.runs`. This file only trains: `run` is `setup`, `loop`, `finish`, and returns the
 run as a value (`runs.RunResult`).
 
 Exactness is a design goal, not an accident:
@@ -10,7 +10,7 @@ Exactness is a design goal, not an accident:
   processes see the same global batch as one;
 - the loss is summed over the global batch and divided by its number of predicted tokens (`num_items_in_batch`,
   counted across processes and accumulation steps), so gradient accumulation and data parallelism change nothing;
-- checkpoints are written whole or not at all and hold no code (`hf_seq.checkpoints`);
+- checkpoints are written whole or not at all and hold no code (`hf_seq.training.checkpointing`);
 - Ctrl-C or SIGTERM (a scheduler's preemption notice) saves a checkpoint of the current step before exiting;
 - evaluation runs under a forked RNG, so evaluating does not change what training draws next.
 """
@@ -32,25 +32,23 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from hf_seq import data as data_lib
-from hf_seq import sharding, tasks
-from hf_seq.checkpoints import (  # noqa: F401  (CHECKPOINT_PREFIX ... latest_checkpoint: their old import path)
-    CHECKPOINT_PREFIX,
-    RESUMABLE_KEYS,
+from hf_seq.data import corpora as data_lib
+from hf_seq.data import tasks
+from hf_seq.data.streaming import BlockStream
+from hf_seq.errors import InvalidValueError
+from hf_seq.training import sharding
+from hf_seq.training.checkpointing import (
     average_snapshots,
     averaged_steps,
     check_output_dir,
-    checkpoints,
     keep_best,
     keep_snapshot,
-    latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
     snapshot_steps,
 )
-from hf_seq.errors import InvalidValueError
-from hf_seq.recipes import SELECT_BY, Recipe, RecipeError, resolve_tracker
-from hf_seq.runs import (  # noqa: F401  (build_config ... plot_loss_curve: their old import path)
+from hf_seq.training.recipes import SELECT_BY, Recipe, RecipeError, resolve_tracker
+from hf_seq.training.runs import (
     RunResult,
     budget_note,
     build_config,
@@ -59,10 +57,8 @@ from hf_seq.runs import (  # noqa: F401  (build_config ... plot_loss_curve: thei
     check_precision,
     choose_threads,
     evaluate_folder,
-    plot_loss_curve,
     save_run_files,
 )
-from hf_seq.streaming import BlockStream
 
 # Evaluation entries that are settings, not measurements: in metrics.json, not in the progress lines
 DECODING_KEYS = {"num_beams", "do_sample", "length_penalty", "early_stopping", "max_length_a", "max_length_b"}
@@ -640,13 +636,13 @@ def set_scheduled_sampling(recipe: Recipe, model, step: int) -> None:
     """`training.scheduled_sampling` (decay, k, c, minimum): the probability that the decoder reads its own
     prediction, decayed as Bengio et al. (2015) describe, set on the model's config before each step."""
     if recipe.training.scheduled_sampling:
-        from hf_seq.schedules import scheduled_sampling_probability
+        from hf_seq.training.schedules import scheduled_sampling_probability
 
         model.config.scheduled_sampling = scheduled_sampling_probability(step, **recipe.training.scheduled_sampling)
 
 
 def _scheduler(t, optimizer, steps: int, state_dict: dict | None = None):
-    # transformers' schedules; "inverse_sqrt" is Vaswani et al.'s eq. 3 relative to the peak rate (hf_seq.schedules)
+    # transformers' schedules; "inverse_sqrt" is Vaswani et al.'s eq. 3 relative to the peak rate (hf_seq.training.schedules)
     scheduler = get_scheduler(t.scheduler, optimizer, num_warmup_steps=t.warmup_steps, num_training_steps=steps)
     if state_dict is not None:  # continue at the same step, on the (possibly re-planned) schedule
         scheduler.load_state_dict({**state_dict, "lr_lambdas": [None] * len(scheduler.lr_lambdas)})

@@ -20,7 +20,7 @@ hf-seq is not installed. Here, the folder's copy is not needed: the registered c
 from transformers import AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
-from .models.pipeline_translation import (
+from hf_seq.models.pipeline_translation import (
     TASKS,
     SummarizationPipeline,
     Text2TextGenerationPipeline,

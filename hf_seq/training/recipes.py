@@ -51,7 +51,7 @@ class DataRecipe:
     eval_examples: int | None = None  # a cap on the held-out examples (blocks, pairs, rows) scored; None: all
     mlm_probability: float = 0.15
     num_proc: int | None = None  # processes for tokenization (datasets.map)
-    # Corpora larger than the disk: read data.dataset as a stream, tokenized and packed on the fly (hf_seq.streaming)
+    # Corpora larger than the disk: read data.dataset as a stream, tokenized and packed on the fly (hf_seq.data.streaming)
     streaming: bool = False
     shuffle: bool = True  # shuffle the blocks (cached: a permutation per epoch; streaming: through a buffer)
     shuffle_buffer: int = 1000  # streaming: blocks the shuffle draws from (memory: this many blocks per process)
@@ -59,7 +59,7 @@ class DataRecipe:
     # target), from rows sorted by length, as fairseq's --max-tokens does (hf_seq.data.token_budget_batches);
     # training.batch_size then only sizes the evaluation batches. None: batches of training.batch_size rows
     batch_tokens: int | None = None
-    # time_series (hf_seq.series): the column holding the values is target_column; many series by id_column, each
+    # time_series (hf_seq.data.series): the column holding the values is target_column; many series by id_column, each
     # ordered by timestamp_column; the test set is the last test_windows x model.prediction_length values of each
     # series; season: the seasonal period (52 for weekly data with a yearly cycle) of the seasonal-naive forecast
     # that MASE is scaled by (1: the naive forecast)
@@ -83,7 +83,7 @@ class TrainingRecipe:
     threads: int | None = None  # torch threads; None: one per core that is not busy (measured at the start)
     compile: bool = False  # torch.compile the model for the training loop
     # Bengio et al. (2015) for models with `scheduled_sampling` (Bahdanau): {decay: linear | exponential |
-    # inverse_sigmoid, k: ..., c: ..., minimum: ...}; see hf_seq.schedules.teacher_forcing_probability
+    # inverse_sigmoid, k: ..., c: ..., minimum: ...}; see hf_seq.training.schedules.teacher_forcing_probability
     scheduled_sampling: dict | None = None
     batch_size: int = 16  # the global batch: split over processes and accumulation steps
     gradient_accumulation_steps: int = 1
@@ -259,7 +259,7 @@ def resolve_tracker(log_with: str | None) -> str | None:
 
 
 # The recipes, launch configs and Slurm script shipped in the package (a checkout's top-level recipes/ links here)
-SHIPPED = Path(__file__).parent / "recipe_files"
+SHIPPED = Path(__file__).parents[1] / "recipe_files"
 
 
 def shipped_files() -> dict[str, Path]:
@@ -293,7 +293,7 @@ def find_recipe(name_or_path) -> Path:
 
 def recipe_command(tree: dict) -> str:
     """The command that runs a recipe's task: `finetune` for the Trainer's tasks, else `train`."""
-    from hf_seq.tasks import TASKS
+    from hf_seq.data.tasks import TASKS
 
     task = TASKS.get(tree.get("task"))
     return task.command if task else "train"
@@ -329,7 +329,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         fam = get_family(recipe.family)
     except KeyError as error:
         raise RecipeError(str(error.args[0])) from None
-    from hf_seq.tasks import TASKS
+    from hf_seq.data.tasks import TASKS
 
     command_tasks = {name: entry for name, entry in TASKS.items() if entry.command == command}
     tasks = [name for name, entry in command_tasks.items() if entry.auto_class in fam.models]
@@ -424,7 +424,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         )
     resolve_tracker(t.log_with)  # a named tracker must be installed
     if t.scheduled_sampling:
-        from hf_seq.schedules import scheduled_sampling_probability
+        from hf_seq.training.schedules import scheduled_sampling_probability
 
         if "scheduled_sampling" not in {f.name for f in dataclasses.fields(fam.config_class)}:
             raise RecipeError(f"recipe key 'training.scheduled_sampling': {fam.config} has no scheduled sampling")
@@ -440,7 +440,7 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         allowed.add("from_pretrained")
     allowed |= set(getattr(fam.config_class, "option_groups", {})) | set(getattr(fam.config_class, "attribute_map", {}))
     if TASKS[recipe.task].series:  # the forecasting head's keys (models/prediction.py), checked by series.py
-        from hf_seq.series import prediction_settings
+        from hf_seq.data.series import prediction_settings
 
         allowed |= set(prediction_settings(recipe.model))
     unknown = sorted(set(recipe.model) - allowed)

@@ -13,10 +13,21 @@ validation the `prediction_length` values before those, and training everything 
 example is a window of `past_length + prediction_length` values (`past_length`: the context and the longest lag)
 ending anywhere in the training part; history before a series starts reads as missing (NaN), as a held-out window's
 does. Missing values stay NaN throughout: the models read them through their observed mask.
+
+The embedded series: `co2_weekly()` reads `hf_seq/data/files/co2_weekly.csv`, the weekly mean atmospheric CO2
+concentration (ppm by volume) measured by the Scripps Institution of Oceanography at the Mauna Loa Observatory,
+Hawaii, from the week of 1958-03-29 to that of 2001-12-29 (Keeling and Whorf 2004, published by the Carbon Dioxide
+Information Analysis Center at Oak Ridge National Laboratory). The measurements are in the public domain. The file is
+`statsmodels/datasets/co2/co2.csv` from the statsmodels 0.15.0 wheel, byte for byte (two columns: `date` as YYYYMMDD
+and `co2`, an empty field for a week without a value); statsmodels' own loader marks it public domain. It is kept
+unchanged so that anyone can compare it with statsmodels' copy (sha256 16695fa2...2a92f).
 """
 
+import csv
+import io
 import math
 import re
+from importlib import resources
 
 import datasets
 import numpy as np
@@ -50,11 +61,9 @@ def prediction_settings(model: dict) -> dict:
 def read_series(data) -> list[dict]:
     """Every series of the recipe's data section: [{"id": str, "values": float array (NaN: missing)}]."""
     if data.dataset == "co2":
-        from hf_seq.forecasting import co2_weekly
-
         _, values = co2_weekly()
         return [{"id": "co2", "values": values}]
-    from hf_seq.data import _looks_like_files, load_files, load_hub_dataset
+    from hf_seq.data.corpora import _looks_like_files, load_files, load_hub_dataset
 
     if _looks_like_files(data.dataset):
         rows = load_files(data.dataset)
@@ -199,3 +208,26 @@ def prepare_series(recipe) -> tuple[dict[str, datasets.Dataset], dict]:
         encoded[split] = datasets.Dataset.from_dict(held_out_rows(parts[split], past_length))
     notes = {"series": len(series), "series_values": int(sum(len(s["values"]) for s in series))}
     return encoded, notes
+
+
+# ------------------------------------------------------------------------------------------------ embedded data
+CO2_WEEKLY_FILE = ("files", "co2_weekly.csv")
+
+
+def co2_weekly() -> tuple[list[str], np.ndarray]:
+    """The weekly Mauna Loa CO2 series shipped in the package (its source and licence below):
+    2,284 consecutive weeks (each dated by its Saturday) from 1958-03-29 to 2001-12-29, in ppm by volume.
+
+    Returns (dates, values): the dates as ISO strings ("1958-03-29", ...) and the values as a float64 array with
+    NaN for the 59 weeks without a measurement. Its yearly season is about 52 weeks.
+    """
+    text = resources.files("hf_seq.data").joinpath(*CO2_WEEKLY_FILE).read_text(encoding="utf-8")
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader)
+    if header != ["date", "co2"]:
+        raise RuntimeError(f"{'/'.join(CO2_WEEKLY_FILE)}: expected the header date,co2, got {header}.")
+    dates, values = [], []
+    for date, value in reader:
+        dates.append(f"{date[:4]}-{date[4:6]}-{date[6:]}")
+        values.append(float(value) if value else math.nan)
+    return dates, np.array(values, dtype=np.float64)

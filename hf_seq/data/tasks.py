@@ -24,10 +24,11 @@ from transformers import (
     default_data_collator,
 )
 
-from hf_seq import data as data_lib
-from hf_seq import evaluation, streaming
-from hf_seq import series as series_lib
+from hf_seq.data import corpora as data_lib
+from hf_seq.data import series as series_lib
+from hf_seq.data import streaming
 from hf_seq.errors import MissingFileError
+from hf_seq.evaluation import metrics as evaluation
 
 
 # ---------------------------------------------------------------------------------------------- rows -> inputs
@@ -37,7 +38,7 @@ def _causal_packing(tokenizer) -> dict:
 
 def _masked_packing(tokenizer) -> dict:
     """RoBERTa's FULL-SENTENCES blocks: [SEP] between documents, each block wrapped as [CLS] ... [SEP]."""
-    from hf_seq.tokenization import check_special_tokens
+    from hf_seq.data.tokenization import check_special_tokens
 
     ids = check_special_tokens(tokenizer, ("cls_token", "sep_token"), purpose="packing masked-LM blocks")
     return {"separator": ids["sep_token"], "wrap": (ids["cls_token"], ids["sep_token"])}
@@ -60,7 +61,7 @@ def _encode_pairs(recipe, tokenizer, rows, label2id):
     """Source ids as `input_ids` (as the translation pipeline tokenizes them: no special tokens), target ids + EOS
     as `labels` (the model shifts them right into its decoder inputs; EOS teaches it to stop). Longer sequences are
     cut to `data.block_size` and counted."""
-    from hf_seq.tokenization import check_special_tokens
+    from hf_seq.data.tokenization import check_special_tokens
 
     eos = check_special_tokens(tokenizer, ("eos_token",), purpose="sequence-to-sequence targets")["eos_token"]
     limit = recipe.data.block_size
@@ -191,7 +192,7 @@ def _score_series(task, recipe, model, tokenizer, encoded, rows, device, prefix)
     """A forecaster's figures on held-out windows: the NLL per observed future value (`loss`, the distribution's
     log-density, teacher-forced), and from `num_parallel_samples` sample paths (with `rows`) MASE of their median
     (scaled by the seasonal-naive in-sample error, `data.season`), sMAPE and CRPS (the weighted quantile loss)."""
-    from hf_seq import forecasting
+    from hf_seq.evaluation import forecasting
 
     nll, points, paths = 0.0, 0, []
     collate, size, was_training = SeriesCollator(), recipe.training.batch_size, model.training
@@ -535,7 +536,7 @@ def obtain_tokenizer(recipe, task: Task, train_rows, folder: Path | None, is_mai
     `folder` and loaded from there by every process."""
     from transformers import AutoTokenizer
 
-    from hf_seq.tokenization import train_bpe_tokenizer
+    from hf_seq.data.tokenization import train_bpe_tokenizer
 
     path = recipe.tokenizer.path or recipe.model.get("from_pretrained")
     if path:
@@ -650,7 +651,7 @@ def prepare(
 
 
 def _prepare_series(recipe, task: Task) -> Prepared:
-    """A series task's data: no tokenizer; the splits cut in time by the task (hf_seq.series)."""
+    """A series task's data: no tokenizer; the splits cut in time by the task (hf_seq.data.series)."""
     encoded, notes = task.series(recipe)
     prepared = Prepared(task, None, train=encoded["train"], notes=notes)
     for split, prefix in (("validation", "eval"), ("test", "test")):
