@@ -1,49 +1,10 @@
-"""The package's layout: hf_seq's modules import each other without a circle (DESIGN: the layers go bottom up,
-nothing imports upward). The graph is read from the sources with `ast`, imports inside functions included: a
-function-level import hides a circle from Python at import time, not from a reader."""
+"""The package's layout: hf_seq's rooms import only the layers below them and make no circle (DESIGN: the layers go
+bottom up, nothing imports upward), and docs/guide/layout.md shows the layout the code has. The graph is read from the
+sources with `ast` (docs/layout.py), imports inside functions included: a function-level import hides a circle from
+Python at import time, not from a reader."""
 
-import ast
-from pathlib import Path
-
-import hf_seq
+from docs.layout import BEGIN, END, PACKAGE, PAGE, import_graph, page_with, render, room
 from hf_seq.faces import LAYERS
-
-PACKAGE = Path(hf_seq.__file__).parent
-
-
-def module_files() -> dict[str, Path]:
-    """Every module of the package by its dotted name (a package by its own name, for its __init__.py)."""
-    modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = ("hf_seq", *path.relative_to(PACKAGE).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(parts)] = path
-    return modules
-
-
-def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that `name` imports anywhere in its file: `import hf_seq.x`, `from hf_seq.x import y`,
-    `from .x import y`, and `from . import x` where x is a module."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                source = f"{base}.{node.module}" if node.module else base
-            else:
-                source = node.module or ""
-            found.add(source)
-            found.update(f"{source}.{alias.name}" for alias in node.names)  # `from pkg import module`
-    return {m for m in found if m in modules and m != name}
-
-
-def import_graph() -> dict[str, set[str]]:
-    modules = module_files()
-    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -115,12 +76,6 @@ def test_no_import_circles():
     assert not found, "import circles in hf_seq:\n" + "\n".join(" -> ".join(circle) for circle in found)
 
 
-def room(module: str) -> str:
-    """The top-level module or package a module belongs to ("hf_seq" for the package's own __init__.py)."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "hf_seq"
-
-
 def upward_imports(graph: dict[str, set[str]], layers) -> list[str]:
     """Every import of a module from a room on its own layer or above, as "a -> b (room layer -> room layer)"."""
     layer = {name: level for level, names in enumerate(layers) for name in names}
@@ -156,3 +111,15 @@ def test_the_top_level_is_a_few_rooms():
     """The top level holds packages by job; a module there is a leaf everyone needs, the face, or the command."""
     modules = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem != "__init__")
     assert modules == ["cli", "errors", "faces", "registry"]
+
+
+def test_the_layout_page_is_drawn_from_the_code():
+    page = PAGE.read_text()
+    assert page == page_with(page, render(LAYERS)), "docs/guide/layout.md is out of date: run python docs/layout.py"
+    assert page.count(BEGIN) == 1 and page.count(END) == 1
+
+
+def test_the_page_would_show_a_new_room_and_a_new_arrow():
+    """The drawing follows the graph: another layer table gives another picture."""
+    moved = tuple((*names, "cli") if "studio" in names else tuple(n for n in names if n != "cli") for names in LAYERS)
+    assert render(tuple(names for names in moved if names)) != render(LAYERS)
