@@ -75,26 +75,8 @@ def train_bpe_tokenizer(
         model_max_length: the model's context length, used by `truncation=True` and the pipelines (default: no
             limit).
     """
-    if style not in _STYLE_SPECIAL_TOKENS:
-        raise ValueError(f"train_bpe_tokenizer: style={style!r} is not supported; allowed values: {list(STYLES)}.")
-    named = _STYLE_SPECIAL_TOKENS[style]
-    extras = _check_extra_special_tokens(special_tokens, named)
+    named, extras = _checked_arguments(style, special_tokens, vocab_size, min_frequency, model_max_length)
     all_special = [*named.values(), *extras]
-    smallest = BYTE_ALPHABET_SIZE + len(all_special)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
-        raise ValueError(
-            f"train_bpe_tokenizer: vocab_size={vocab_size!r} is too small; it must hold the {BYTE_ALPHABET_SIZE} byte "
-            f"symbols and the {len(all_special)} special tokens, so at least {smallest} (and more to learn any merges)."
-        )
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"train_bpe_tokenizer: min_frequency must be a positive integer, got {min_frequency!r}.")
-    if model_max_length is not None and (
-        isinstance(model_max_length, bool) or not isinstance(model_max_length, int) or model_max_length < 1
-    ):
-        raise ValueError(
-            f"train_bpe_tokenizer: model_max_length must be a positive integer (the model's context length) or None, "
-            f"got {model_max_length!r}."
-        )
     if show_progress is None:
         show_progress = sys.stderr.isatty()
 
@@ -115,17 +97,7 @@ def train_bpe_tokenizer(
     _train(tokenizer, trainer, corpus, text_column)
 
     if bert:
-        cls, sep = named["cls_token"], named["sep_token"]
-        tokenizer.post_processor = processors.Sequence(
-            [
-                processors.ByteLevel(trim_offsets=True),  # offsets cover the word, not the space before it
-                processors.TemplateProcessing(
-                    single=f"{cls} $A {sep}",
-                    pair=f"{cls} $A {sep} $B:1 {sep}:1",
-                    special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))],
-                ),
-            ]
-        )
+        tokenizer.post_processor = _bert_post_processor(tokenizer, named)
         extra_kwargs = {"model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
     else:
         tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
@@ -144,6 +116,46 @@ def train_bpe_tokenizer(
         add_prefix_space=bert,
         **named,
         **extra_kwargs,
+    )
+
+
+def _checked_arguments(style, special_tokens, vocab_size, min_frequency, model_max_length) -> tuple[dict, list]:
+    """`train_bpe_tokenizer`'s arguments checked: the style's named special tokens and the extra ones."""
+    if style not in _STYLE_SPECIAL_TOKENS:
+        raise ValueError(f"train_bpe_tokenizer: style={style!r} is not supported; allowed values: {list(STYLES)}.")
+    named = _STYLE_SPECIAL_TOKENS[style]
+    extras = _check_extra_special_tokens(special_tokens, named)
+    all_special = [*named.values(), *extras]
+    smallest = BYTE_ALPHABET_SIZE + len(all_special)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
+        raise ValueError(
+            f"train_bpe_tokenizer: vocab_size={vocab_size!r} is too small; it must hold the {BYTE_ALPHABET_SIZE} byte "
+            f"symbols and the {len(all_special)} special tokens, so at least {smallest} (and more to learn any merges)."
+        )
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"train_bpe_tokenizer: min_frequency must be a positive integer, got {min_frequency!r}.")
+    if model_max_length is not None and (
+        isinstance(model_max_length, bool) or not isinstance(model_max_length, int) or model_max_length < 1
+    ):
+        raise ValueError(
+            f"train_bpe_tokenizer: model_max_length must be a positive integer (the model's context length) or None, "
+            f"got {model_max_length!r}."
+        )
+    return named, extras
+
+
+def _bert_post_processor(tokenizer: Tokenizer, named: dict):
+    """BERT's templates: `[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]`, B's tokens of type 1."""
+    cls, sep = named["cls_token"], named["sep_token"]
+    return processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=True),  # offsets cover the word, not the space before it
+            processors.TemplateProcessing(
+                single=f"{cls} $A {sep}",
+                pair=f"{cls} $A {sep} $B:1 {sep}:1",
+                special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))],
+            ),
+        ]
     )
 
 
