@@ -115,6 +115,34 @@ def test_logits_to_keep_and_hidden_states():
     assert model(ids, return_dict=False)[0].shape == (2, 6, 99)
 
 
+def test_outputs_are_one_class_with_or_without_experts():
+    """Each GPT class returns the same output class whatever its config, as transformers' classes do: the base model
+    and the LM the mixture-of-experts ones (`router_logits` None in a dense GPT, where transformers' dense outputs
+    have no such field), the classifier and the forecaster theirs."""
+    from hf_seq import GPTForPrediction, GPTForSequenceClassification, GPTModel
+
+    ids = torch.randint(3, 99, (2, 6))
+    classes = {}
+    for experts in (0, 4):
+        torch.manual_seed(0)
+        config = GPTConfig(vocab_size=99, **TINY, num_local_experts=experts, prediction_length=3, pad_token_id=0)
+        for cls in (GPTModel, GPTForCausalLM, GPTForSequenceClassification):
+            with torch.no_grad():
+                out = cls(config).eval()(ids, output_hidden_states=True)
+            classes.setdefault(cls, set()).add(type(out))
+            if cls is not GPTForSequenceClassification:
+                assert out.router_logits is None, (cls.__name__, experts)  # not asked for
+        with torch.no_grad():
+            forecast = GPTForPrediction(config).eval()(past_values=torch.randn(2, 40), future_values=torch.randn(2, 3))
+        classes.setdefault(GPTForPrediction, set()).add(type(forecast))
+    assert {cls: [c.__name__ for c in found] for cls, found in classes.items()} == {
+        GPTModel: ["MoeModelOutputWithPast"],
+        GPTForCausalLM: ["MoeCausalLMOutputWithPast"],
+        GPTForSequenceClassification: ["SequenceClassifierOutputWithPast"],
+        GPTForPrediction: ["SeriesPredictionOutput"],
+    }
+
+
 def test_shift_labels_are_honoured():
     torch.manual_seed(0)
     model = GPTForCausalLM(GPTConfig(vocab_size=99, **TINY)).eval()

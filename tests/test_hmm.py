@@ -19,7 +19,8 @@ class TestHMM(ModelTesterMixin):
     has_position_limit = False
 
     def hidden_state_widths(self, config, name: str) -> list[int]:
-        """The emission log-likelihoods log B_j(x_t) the chain reads, then the belief h_t: both S wide."""
+        """The embedding output is the emission log-likelihoods log B_j(x_t) the chain reads, its one layer's output
+        the belief h_t: both S wide."""
         return [config.num_states, config.num_states]
 
 
@@ -326,21 +327,80 @@ def test_hidden_size_is_the_number_of_states():
     assert HMMModel(HMMConfig(vocab_size=20, hidden_size=7)).chain.transition_logits.shape == (7, 7)
 
 
-def test_inputs_embeds_and_foreign_caches_are_refused():
+def test_foreign_caches_and_ids_outside_the_vocabulary_are_refused():
     model = small_model()
-    with pytest.raises(ValueError, match="inputs_embeds.*input_ids"):
-        model(inputs_embeds=torch.zeros(1, 3, S, dtype=torch.double))
     with pytest.raises(TypeError, match="HMMState"):
         model(torch.tensor([[1, 2]]), past_key_values=(torch.zeros(1),))
     with pytest.raises(ValueError, match="vocab_size=5"):
         model(torch.tensor([[1, 5]]))
+    with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
+        model(torch.tensor([[1, 2]]), inputs_embeds=torch.zeros(1, 2, S, dtype=torch.double))
+    with pytest.raises(ValueError, match=rf"inputs_embeds .*num_states={S}\), .* got \(1, 2, 1\)"):
+        model(inputs_embeds=torch.zeros(1, 2, 1, dtype=torch.double))  # would broadcast over the states
+
+
+# ------------------------------------------------------------------------------------------ the embedding API
+def test_the_input_embeddings_are_the_emission_table_read_and_predicted_with():
+    """get_input_embeddings() is the (V, S) table of unnormalised log B_j(v), the very module get_output_embeddings()
+    returns; setting another table changes what the model reads and what it predicts."""
+    model = small_model(seed=17)
+    table = model.get_input_embeddings()
+    assert isinstance(table, torch.nn.Embedding) and table.weight.shape == (V, S)
+    assert model.get_output_embeddings() is table is model.model.embed_tokens
+    _, _, b = parameters(model)
+    np.testing.assert_allclose(torch.softmax(table.weight.detach(), 0).t().numpy(), b)
+    ids = torch.tensor([[1, 3, 2, 4]])
+    new = torch.nn.Embedding(V, S).double()
+    with torch.no_grad():
+        new.weight.copy_(table.weight.flip(0))  # token v emitted as token V - 1 - v was
+        expected = model(V - 1 - ids).logits.flip(-1)  # what the old table gives read and predicted so
+    model.set_input_embeddings(new)
+    assert model.get_output_embeddings() is new
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, expected)
+
+
+def test_inputs_embeds_are_emission_logits_that_the_model_normalises():
+    """inputs_embeds = get_input_embeddings()(input_ids) gives what input_ids give (logits, loss, state, gradient
+    into the looked-up rows); any other row is read as unnormalised emission log-likelihoods: the log of a mixture of
+    two tokens' rows is the mixture of their emission probabilities, log(w B_j(a) + (1 - w) B_j(b))."""
+    model = small_model(seed=18)
+    ids = torch.tensor([[1, 3, 2, 4, 0]])
+    embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
+    from_ids = model(ids, labels=ids, use_cache=True, output_hidden_states=True)
+    from_embeds = model(inputs_embeds=embeds, labels=ids, use_cache=True, output_hidden_states=True)
+    torch.testing.assert_close(from_embeds.logits, from_ids.logits)
+    torch.testing.assert_close(from_embeds.loss, from_ids.loss)
+    torch.testing.assert_close(from_embeds.past_key_values.log_belief, from_ids.past_key_values.log_belief)
+    from_embeds.loss.backward()
+    assert embeds.grad.abs().sum() > 0
+    _, _, b = parameters(model)
+    rows = model.get_input_embeddings().weight.detach()
+    soft = torch.logsumexp(torch.stack([rows[1] + math.log(0.3), rows[3] + math.log(0.7)]), 0)
+    with torch.no_grad():
+        emissions = model.model(inputs_embeds=soft[None, None], output_hidden_states=True).hidden_states[0]
+    np.testing.assert_allclose(emissions[0, 0].numpy(), np.log(0.3 * b[:, 1] + 0.7 * b[:, 3]), atol=1e-12)
+
+
+def test_generate_from_inputs_embeds_continues_as_from_the_ids():
+    model = small_model(seed=19, num_states=8, vocab_size=30)
+    prompt = torch.tensor([[3, 7, 9, 4], [5, 5, 6, 20]])
+    kwargs = dict(max_new_tokens=6, min_new_tokens=6, pad_token_id=0, do_sample=False)
+    with torch.no_grad():
+        from_ids = model.generate(prompt, **kwargs)
+        from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(prompt), **kwargs)
+    assert torch.equal(from_embeds, from_ids[:, 4:])  # transformers returns the new tokens only
 
 
 def test_resize_token_embeddings_keeps_every_state_a_distribution():
-    model = small_model(seed=14)
-    model.resize_token_embeddings(V + 3, mean_resizing=False)
-    assert model.get_output_embeddings() is model.get_input_embeddings()
-    with torch.no_grad():
-        logits = model(torch.tensor([[1, V + 2, PAD]])).logits
-    assert logits.shape == (1, 3, V + 3)
-    torch.testing.assert_close(logits.exp().sum(-1), torch.ones(1, 3, dtype=torch.double))
+    """The one table grows for reading and predicting alike (mean_resizing, transformers' default, or not); every
+    state's emissions still sum to one over the larger vocabulary."""
+    for mean_resizing in (False, True):
+        model = small_model(seed=14)
+        model.resize_token_embeddings(V + 3, mean_resizing=mean_resizing)
+        assert model.get_output_embeddings() is model.get_input_embeddings()
+        assert model.get_input_embeddings().weight.shape == (V + 3, S) and model.config.vocab_size == V + 3
+        with torch.no_grad():
+            logits = model(torch.tensor([[1, V + 2, PAD]])).logits
+        assert logits.shape == (1, 3, V + 3)
+        torch.testing.assert_close(logits.exp().sum(-1), torch.ones(1, 3, dtype=torch.double))

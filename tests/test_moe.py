@@ -4,6 +4,7 @@ tester on MoE variants."""
 
 import pytest
 import torch
+from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
 from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
 from hf_seq import GPTConfig, GPTForCausalLM, GPTModel
@@ -128,22 +129,30 @@ def test_the_loss_adds_the_balancing_loss_of_the_real_tokens():
         assert type(base).__name__ == "MoeModelOutputWithPast" and base.router_logits[1].shape == (12, 4)
 
 
-def test_a_dense_gpt_is_unchanged():
-    """num_local_experts defaults to 0: the dense FeedForward under its old parameter names, the dense outputs. Asked
-    for router logits, by argument or config, a dense model has none to return (and no empty field for them)."""
+def test_a_dense_gpt_returns_the_moe_outputs_without_a_router():
+    """num_local_experts defaults to 0: the dense FeedForward under its old parameter names. Its outputs are the
+    mixture's classes, as transformers' MoE models return them unasked: `router_logits` and `aux_loss` are None (not
+    an AttributeError), even when asked for by argument or config, since a dense model has no router; the loss is the
+    LM loss alone and the tuple form is unchanged."""
     config = GPTConfig(**TINY)
     assert config.num_local_experts == 0
-    model = GPTForCausalLM(config)
+    torch.manual_seed(0)
+    model = GPTForCausalLM(config).eval()
     assert isinstance(model.model.layers[0].mlp, FeedForward)
     assert not any("expert" in name or "gate" in name for name in model.state_dict())
     ids = torch.randint(3, 99, (1, 4))
-    out = model(ids, labels=ids, output_router_logits=True)
-    assert type(out).__name__ == "CausalLMOutputWithPast" and "router_logits" not in out
+    with torch.no_grad():
+        out = model(ids, labels=ids, output_router_logits=True)
+    assert type(out) is MoeCausalLMOutputWithPast and out.router_logits is None and out.aux_loss is None
+    lm = torch.nn.functional.cross_entropy(out.logits[0, :-1], ids[0, 1:])
+    torch.testing.assert_close(out.loss, lm)
     config.output_router_logits = True
-    for model in (GPTForCausalLM(config).eval(), GPTModel(config).eval()):
-        out = model(ids, output_hidden_states=True)
-        assert type(out).__name__.startswith(("CausalLM", "BaseModel")) and "router_logits" not in out
-        assert len(out.hidden_states) == 3 and len(model(ids, return_dict=False)) == 2  # (logits or states, cache)
+    for model, output_class in ((GPTForCausalLM(config).eval(), MoeCausalLMOutputWithPast),
+                                (GPTModel(config).eval(), MoeModelOutputWithPast)):  # fmt: skip
+        with torch.no_grad():
+            out = model(ids, output_hidden_states=True)
+            assert type(out) is output_class and out.router_logits is None and "router_logits" not in out
+            assert len(out.hidden_states) == 3 and len(model(ids, return_dict=False)) == 2  # (logits or states, cache)
 
 
 @pytest.mark.parametrize("cls", [GPTModel, GPTForCausalLM], ids=lambda cls: cls.__name__)

@@ -29,7 +29,10 @@ class TestWindow(ModelTesterMixin):
     )
     no_dropout = NO_DROPOUT
     has_position_limit = False
-    hidden_states_include_input = False  # the layers read x, (n-1) m wide: returned as `window`, not hidden_states[0]
+
+    def hidden_state_widths(self, config, name: str) -> list[int]:
+        """The embedding output is x, the n-1 embeddings side by side that the first tanh layer reads: (n-1) m wide."""
+        return [config.context_size * config.embedding_size] + [config.hidden_size] * config.num_hidden_layers
 
 
 class TestWindowPaper(TestWindow):
@@ -111,20 +114,23 @@ def test_generation_ignores_tokens_older_than_the_window():
         assert torch.equal(model.generate(a, **kwargs)[:, 6:], model.generate(b, **kwargs)[:, 6:])
 
 
-def test_hidden_states_are_each_tanh_layers_output_and_x_is_the_window():
-    """transformers' models return states `hidden_size` wide, the first being the embedding output the first layer
-    reads. Here the first layer reads x, n-1 embeddings side by side ((n-1) m = 18 features, not a state of width h),
-    so `hidden_states` holds each tanh layer's output, h wide, and x is returned as `window`."""
+def test_hidden_states_are_x_then_each_tanh_layers_output():
+    """As in transformers, num_hidden_layers + 1 states, the first the embedding output the first layer reads: here x,
+    n-1 embeddings side by side ((n-1) m = 18 features, also returned as `window`), then each tanh layer's output,
+    h = 10 wide, the last being `last_hidden_state`."""
     model = tiny_model(num_hidden_layers=2)
     ids = torch.randint(FIRST_WORD, 40, (2, 5), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         out = model(ids, output_hidden_states=True)
         base = model.model(ids, output_hidden_states=True)
-        assert [tuple(h.shape) for h in out.hidden_states] == [(2, 5, 10)] * 2
-        assert base.window.shape == (2, 5, 18)
+        assert [tuple(h.shape) for h in out.hidden_states] == [(2, 5, 18), (2, 5, 10), (2, 5, 10)]
+        assert base.hidden_states[0] is base.window
+        embeds = model.model.embed_tokens(ids)  # x at position t: C(w_t), C(w_{t-1}), C(w_{t-2}); zeros before w_1
+        torch.testing.assert_close(base.window[:, 2], torch.cat([embeds[:, 2], embeds[:, 1], embeds[:, 0]], -1))
+        torch.testing.assert_close(base.window[:, 0, 6:], torch.zeros(2, 12))
         h1 = model.model.layers[0](base.window)
-        torch.testing.assert_close(base.hidden_states[0], h1)
-        torch.testing.assert_close(base.hidden_states[1], model.model.layers[1](h1))
+        torch.testing.assert_close(base.hidden_states[1], h1)
+        torch.testing.assert_close(base.hidden_states[2], model.model.layers[1](h1))
         torch.testing.assert_close(base.hidden_states[-1], base.last_hidden_state)
         assert len(model(ids, output_hidden_states=True, return_dict=False)) == 3  # (logits, state, hidden states)
 

@@ -8,7 +8,8 @@ behaviour a transformers user relies on checked against every model class the re
         config_kwargs = dict(hidden_size=32, ...)
 
 Variants (other cell types, position encodings, ...) subclass that class and override `config_overrides`.
-Hooks a family may override: `make_inputs`, `generate_inputs`, `main_output`, `params_without_grad`.
+Hooks a family may override: `make_inputs`, `generate_inputs`, `main_output`, `params_without_grad`,
+`hidden_state_widths`.
 `tests/test_registry.py` fails if a registered model class is not covered by some tester.
 """
 
@@ -53,7 +54,6 @@ class ModelTesterMixin:
     supports_static_cache = False
     expensive_checks = True  # Trainer / checkpointing / remote code: run once per family, not per variant
     params_without_grad: tuple[str, ...] = ()  # parameter-name substrings legitimately unused by a head
-    hidden_states_include_input = True  # hidden_states[0] is the embedding output the first layer reads
 
     # ---------------------------------------------------------------- building blocks
     @property
@@ -563,33 +563,86 @@ class ModelTesterMixin:
             unused = [name for name, tensor in returned.items() if tensor.grad is None]
             assert not unused, f"{cls.__name__}: the output was not computed from {unused}"
 
-    def test_hidden_states_are_one_a_layer_and_as_wide_as_the_model(self):
-        """transformers' convention (its test_hidden_states_output): the embedding output the first layer reads, then
-        each layer's output, all `hidden_size` wide. Where a family differs, the difference is its page's and is
+    def returned_hidden_states(self, model, inputs) -> dict[str, tuple]:
+        """Every `*hidden_states` tuple a model returns when asked, by name."""
+        with torch.no_grad():
+            out = model(**inputs, output_hidden_states=True)
+        return {n: v for n, v in out.items() if n.endswith("hidden_states") and isinstance(v, tuple)}
+
+    @staticmethod
+    def hidden_layers(config, name: str) -> int:
+        """The layers whose outputs `name` holds: an encoder-decoder's `encoder_layers` / `decoder_layers`, else
+        `num_hidden_layers`."""
+        side = name.split("_")[0] if name != "hidden_states" else ""
+        return getattr(config, f"{side}_layers", config.num_hidden_layers)
+
+    def test_hidden_states_are_the_embedding_output_then_one_a_layer(self):
+        """transformers' convention (its test_hidden_states_output): layers + 1 states, the first the embedding output
+        the first layer reads. That one depends on the embeddings alone: changing every other parameter leaves it as
+        it was and moves the next one."""
+        for cls in self.model_classes:
+            model = self.make_model(cls)
+            inputs = self.make_inputs(cls)
+            before = self.returned_hidden_states(model, inputs)
+            assert before, f"{cls.__name__} returns no hidden states"
+            embeddings = {id(p) for p in model.get_input_embeddings().parameters()}
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if id(param) not in embeddings and "embed" not in name:  # token, position, type embeddings
+                        param.add_(torch.randn_like(param) * 0.5)
+            after = self.returned_hidden_states(model, inputs)
+            for name, states in before.items():
+                layers = self.hidden_layers(model.config, name)
+                assert len(states) == layers + 1, f"{cls.__name__}.{name}: {len(states)} states for {layers} layers"
+                assert torch.equal(after[name][0], states[0]), f"{cls.__name__}.{name}[0] is not the embedding output"
+                assert not torch.allclose(after[name][1], states[1]), f"{cls.__name__}.{name}[1] is not a layer's"
+
+    def test_hidden_states_are_as_wide_as_the_model(self):
+        """All `hidden_size` wide, as in transformers; where a family differs, the difference is its page's and is
         spelled out in `hidden_state_widths`."""
         for cls in self.model_classes:
             model = self.make_model(cls)
-            with torch.no_grad():
-                out = model(**self.make_inputs(cls), output_hidden_states=True)
-            for name, states in out.items():
-                if name.endswith("hidden_states") and isinstance(states, tuple):
-                    widths = [state.shape[-1] for state in states]
-                    expected = self.hidden_state_widths(model.config, name)
-                    assert widths == expected, f"{cls.__name__}.{name}: widths {widths}, expected {expected}"
+            for name, states in self.returned_hidden_states(model, self.make_inputs(cls)).items():
+                widths = [state.shape[-1] for state in states]
+                expected = self.hidden_state_widths(model.config, name)
+                assert widths == expected, f"{cls.__name__}.{name}: widths {widths}, expected {expected}"
 
     def hidden_state_widths(self, config, name: str) -> list[int]:
-        """The widths of the states `name` holds: the input (`embedding_size` where a family embeds in its own width,
-        as the recurrent ones do), then one a layer: `hidden_size`, both directions side by side in a bidirectional
-        recurrent layer, `decoder_hidden_size` in a decoder that has its own. The window LM's layers read n-1
-        embeddings side by side, returned as `window`: its states are the layers' outputs only."""
+        """The widths of the states `name` holds: the embedding output (`embedding_size` where a family embeds in its
+        own width, as the recurrent ones do), then one a layer: `hidden_size`, both directions side by side in a
+        bidirectional recurrent layer, `decoder_hidden_size` in a decoder that has its own."""
         side = name.split("_")[0] if name != "hidden_states" else ""
-        layers = getattr(config, f"{side}_layers", config.num_hidden_layers)
         bidirectional = "encoder_bidirectional" if side == "encoder" else "bidirectional"
         both = getattr(config, bidirectional, False)
         width = getattr(config, "decoder_hidden_size", None) if side == "decoder" else None
         width = width or config.hidden_size * (2 if both else 1)
-        first = [getattr(config, "embedding_size", None) or config.hidden_size]
-        return (first if self.hidden_states_include_input else []) + [width] * layers
+        first = getattr(config, "embedding_size", None) or config.hidden_size
+        return [first] + [width] * self.hidden_layers(config, name)
+
+    def test_inputs_embeds_give_what_input_ids_give(self):
+        """transformers' test_inputs_embeds_matches_input_ids: the input embeddings' lookup, passed as
+        `inputs_embeds`, gives what `input_ids` give; and a decoder-only LM generates from it the tokens it
+        generates after the ids (its test_generate_from_inputs_embeds: only the new tokens come back)."""
+        for cls in self.model_classes:
+            model = self.make_model(cls)
+            inputs = self.make_inputs(cls)
+            with torch.no_grad():
+                embeds = model.get_input_embeddings()(inputs["input_ids"])
+            from_embeds = {k: v for k, v in inputs.items() if k != "input_ids"} | {"inputs_embeds": embeds}
+            torch.testing.assert_close(
+                self.forward_main(model, from_embeds), self.forward_main(model, inputs), msg=cls.__name__
+            )
+        if self.lm_class is None or self.is_encoder_decoder:
+            return
+        model = self.make_model(self.lm_class)
+        inputs = self.generate_inputs()
+        with torch.no_grad():
+            embeds = model.get_input_embeddings()(inputs["input_ids"])
+        for kwargs in ({"do_sample": False}, {"do_sample": False, "num_beams": 2}):
+            if "num_beams" in kwargs and not self.supports_beam_search:
+                continue
+            new = self.generate(model, {"inputs_embeds": embeds, "attention_mask": inputs["attention_mask"]}, **kwargs)
+            assert torch.equal(new, self.generate(model, inputs, **kwargs)[:, -6:]), kwargs
 
     def test_output_attentions_under_sdpa_as_transformers_does(self):
         """Asked for attention maps while running a fused kernel that does not form them, every family answers as

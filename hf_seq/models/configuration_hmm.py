@@ -1,5 +1,7 @@
 """Configuration of the discrete hidden Markov model language model (Baum and Petrie 1966; Rabiner 1989)."""
 
+from typing import ClassVar
+
 from transformers import PreTrainedConfig
 
 from .config_utils import check_common_values, check_positive, fill_auto_map, resolve_options
@@ -16,12 +18,14 @@ class HMMConfig(PreTrainedConfig):
       from. Larger than a network's (0.02): states that start alike get the same gradient and stay alike, so a
       spread of about a nat between them is what lets them specialise.
     - `tie_word_embeddings` is always True: the tokens are read and predicted with the one emission table B.
+    - `num_hidden_layers` is always 1: the chain over the states is the model's one layer.
     - There is no dropout, no position limit and no fused loss: the logits are log p(x_{t+1} | x_{<=t}) from the
       emission table itself (a log-sum-exp over the states, not one linear layer).
     """
 
     model_type = "hf_seq_hmm"
     attribute_map = {"hidden_size": "num_states"}
+    num_hidden_layers: ClassVar[int] = 1  # read like any config's (hidden_states: layers + 1); not a field
 
     vocab_size: int = 10000
     num_states: int = 128

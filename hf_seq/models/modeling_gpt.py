@@ -11,6 +11,9 @@ $$
 
 With `num_local_experts` set, FFN is a mixture of experts (layers.MixtureOfExperts: each token through its top-k
 experts) and the LM loss gains `router_aux_loss_coef` times the load-balancing loss (layers.load_balancing_loss).
+Dense or not, the outputs are those of transformers' mixture-of-experts models (`MoeModelOutputWithPast`,
+`MoeCausalLMOutputWithPast`), so code written for one GPT reads any: a dense GPT has no router, and its
+`router_logits` and `aux_loss` are None, as Mixtral's are when they are not asked for.
 """
 
 import functools
@@ -21,12 +24,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPast,
-    CausalLMOutputWithPast,
-    MoeCausalLMOutputWithPast,
-    MoeModelOutputWithPast,
-)
+from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
 from transformers.utils import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -88,8 +86,8 @@ class GPTPreTrainedModel(CheckedPreTrainedModel):
 
 
 def _dense_returns_no_router_logits(forward):
-    """A dense GPT has no router: asked for router logits (by argument or config), it returns none. Output capturing
-    would add an empty `router_logits` to its BaseModelOutputWithPast, which has no such field."""
+    """A dense GPT has no router: asked for router logits (by argument or config), it returns None, not the empty
+    tuple output capturing would record."""
 
     @functools.wraps(forward)
     def wrapper(self, *args, **kwargs):
@@ -184,10 +182,10 @@ class GPTModel(GPTPreTrainedModel):
         output_attentions: bool | None = None,
         output_router_logits: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPast | MoeModelOutputWithPast:
-        """A dense model returns BaseModelOutputWithPast; a mixture of experts MoeModelOutputWithPast. Each block's
-        hidden states and attention maps, and each mixture's router logits (batch * tokens, experts), are recorded
-        when asked (`output_*`, default: the config's) by `@capture_outputs`."""
+    ) -> MoeModelOutputWithPast:
+        """Each block's hidden states and attention maps, and each mixture's router logits (batch * tokens, experts),
+        are recorded when asked (`output_*`, default: the config's) by `@capture_outputs`; a dense model's
+        `router_logits` is None."""
         past_key_values = cache_argument(past_key_values, kwargs)
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
@@ -212,8 +210,7 @@ class GPTModel(GPTPreTrainedModel):
             kwargs["output_attentions"] = True  # a kernel that forms no weights says so, as in transformers
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask=mask, past_key_values=past_key_values, **kwargs)
-        output_class = MoeModelOutputWithPast if config.num_local_experts else BaseModelOutputWithPast
-        return output_class(
+        return MoeModelOutputWithPast(
             last_hidden_state=self.norm(hidden_states), **cache_field(past_key_values if use_cache else None)
         )
 
@@ -221,7 +218,7 @@ class GPTModel(GPTPreTrainedModel):
 class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGenerationMixin):
     """`generate()` on CPU reads contiguous W^T copies for the one-token steps (models/decoding.py). For a compiled
     decode pass `cache_implementation="static"` and a `compile_config` (bench/bench_gpt.py --speed measures both).
-    A mixture of experts returns MoeCausalLMOutputWithPast (`aux_loss`, `router_logits`), as Mixtral does."""
+    It returns MoeCausalLMOutputWithPast, as Mixtral does: `aux_loss` and `router_logits` are None in a dense model."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
@@ -250,7 +247,7 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
         output_router_logits: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> CausalLMOutputWithPast | MoeCausalLMOutputWithPast:
+    ) -> MoeCausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside the loss; -100 is ignored). `logits_to_keep=k` computes logits
         for the last k positions only (0: all), or for the positions in a 1D index tensor. In training with labels
         and `config.fused_loss`, the loss is computed without the logits (models/losses.py) and `logits` is None.
@@ -259,9 +256,8 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
         logits, and adds `router_aux_loss_coef` times it to the loss. Unlike Mixtral, which adds it only with
         `output_router_logits=True`, training balances the experts by default."""
         config = self.config
-        moe = config.num_local_experts > 0
         output_router_logits = config.output_router_logits if output_router_logits is None else output_router_logits
-        balance = moe and (output_router_logits or labels is not None)
+        balance = config.num_local_experts > 0 and (output_router_logits or labels is not None)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -290,17 +286,14 @@ class GPTForCausalLM(TransposedWeightsDecoding, GPTPreTrainedModel, CheckedGener
             aux_loss = load_balancing_loss(outputs.router_logits, config.num_experts_per_tok, real)
             if labels is not None:
                 loss = loss + config.router_aux_loss_coef * aux_loss * _aux_loss_share(labels, kwargs)
-        moe_fields = {}
-        if moe:
-            moe_fields = dict(aux_loss=aux_loss, router_logits=outputs.router_logits if output_router_logits else None)
-        output_class = MoeCausalLMOutputWithPast if moe else CausalLMOutputWithPast
-        return output_class(
+        return MoeCausalLMOutputWithPast(
             loss=loss,
+            aux_loss=aux_loss,
             logits=logits,
             **cache_field(cache_of(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            **moe_fields,
+            router_logits=outputs.router_logits if output_router_logits else None,
         )
 
 

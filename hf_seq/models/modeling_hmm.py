@@ -46,9 +46,17 @@ per token.
 
 The state a call returns (an `HMMState` under `past_key_values`) is \(h\) after its last token, S numbers per
 sequence, so generation costs O(S^2 + S V) per token and equals recomputation. A padded position leaves \(h\) as it
-was. `last_hidden_state` is \(h_t\) at every position (B, T, S); `hidden_states` holds the emission log-likelihoods
-\(\log B_j(x_t)\) that the chain reads, then \(h\). The model reads token ids only: there are no input embeddings to
-pass in place of them.
+was. `last_hidden_state` is \(h_t\) at every position (B, T, S); the chain is the model's one layer, so
+`hidden_states` holds `num_hidden_layers + 1 = 2` entries: the emission log-likelihoods \(\log B_j(x_t)\) that the
+chain reads, then \(h\).
+
+The input embeddings are the emission table: `get_input_embeddings()` is the (V, S) table whose row v holds the
+unnormalised \(\log B_j(v)\), the same module as `get_output_embeddings()` (the tokens are read and predicted with
+one table, so `set_input_embeddings` and `resize_token_embeddings` change both). `inputs_embeds` (B, T, S) are rows
+of that kind: the model subtracts each state's normaliser over the vocabulary, so
+`inputs_embeds=model.get_input_embeddings()(input_ids)` gives what `input_ids` give, and any other row is read as
+unnormalised log-likelihoods of an observation under each state (soft evidence, e.g. the log of a mixture of
+tokens' emission probabilities).
 """
 
 from dataclasses import dataclass
@@ -155,16 +163,18 @@ class HMMModel(HMMPreTrainedModel):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past + T): 1 on real tokens, 0 on padding (which leaves the belief unchanged).
-        `past_key_values`: the state a previous call returned (None: the sequence starts here, from pi)."""
-        if inputs_embeds is not None:
-            raise ValueError(
-                f"{type(self).__name__}: inputs_embeds is not supported: a hidden Markov model emits tokens from a "
-                "table of probabilities and has no input embeddings to replace; pass input_ids."
-            )
+        `past_key_values`: the state a previous call returned (None: the sequence starts here, from pi).
+        `inputs_embeds` (B, T, S), in place of `input_ids`: unnormalised log B_j(x_t), as `embed_tokens` looks up."""
         inputs = self.stateful_inputs(
-            input_ids, None, past_key_values, attention_mask, use_cache, output_hidden_states, kwargs
+            input_ids, inputs_embeds, past_key_values, attention_mask, use_cache, output_hidden_states, kwargs
         )
-        # the looked-up logits minus each state's normaliser over the vocabulary: log B_j(x_t), (B, T, S)
+        num_states = self.config.num_states
+        if inputs.embeds.shape[-1] != num_states:  # a narrower row would broadcast over the states unnoticed
+            raise ValueError(
+                f"{type(self).__name__}: inputs_embeds must have shape (batch_size, sequence_length, num_states="
+                f"{num_states}), one emission logit a state, got {tuple(inputs.embeds.shape)}."
+            )
+        # the looked-up (or given) logits minus each state's normaliser over the vocabulary: log B_j(x_t), (B, T, S)
         emissions = inputs.embeds - self.embed_tokens.weight.logsumexp(0)
         if inputs.state is None:
             belief = self.chain.initial_belief(emissions.shape[0])

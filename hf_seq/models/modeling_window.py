@@ -17,11 +17,9 @@ zero vector. A call returns the last n-1 embeddings (a `WindowState`, the `Queue
 `past_key_values`) and accepts them back, so generation costs one window per token: each step sees the last n-1
 tokens and nothing older.
 
-With `output_hidden_states=True` the model returns each tanh layer's output, `num_hidden_layers` entries, each
-`hidden_size` wide; the last is `last_hidden_state`. Unlike transformers' models, whose `hidden_states[0]` is the
-embedding output the first layer reads (so they return one entry more than they have layers), there is no entry
-for the input here: the first layer reads x, the concatenation of n-1 embeddings ((n-1) m features, not a state of
-width h), and x is returned on its own as `window` at every call.
+The model's layers are its tanh layers, and x is their embedding output: with `output_hidden_states=True` it returns
+`num_hidden_layers + 1` states, as transformers' models do, x first (the n-1 embeddings side by side, (n-1) m wide,
+also returned as `window` at every call), then each tanh layer's output (h wide); the last is `last_hidden_state`.
 """
 
 from dataclasses import dataclass
@@ -41,7 +39,7 @@ from .utils import CheckedGenerationMixin, StatefulCausalLMHead, StatefulPreTrai
 @dataclass
 class WindowModelOutput(BaseModelOutputWithPast):
     """`window`: x at every position, (B, T, (n-1) * m), which the first tanh layer and the direct connections read.
-    `hidden_states`: each tanh layer's output (B, T, h), one entry a layer; x is not among them."""
+    `hidden_states`: x, then each tanh layer's output (B, T, h): `num_hidden_layers + 1` entries."""
 
     window: torch.FloatTensor | None = None
 
@@ -66,8 +64,8 @@ class WindowPreTrainedModel(StatefulPreTrainedModel):
 
 class WindowModel(WindowPreTrainedModel):
     """The embedding table C and the tanh layers; returns the last layer's states (B, T, h), x at every position
-    (`window`) and the `WindowState` after the last token. `hidden_states`: every tanh layer's output, h wide (x, the
-    layers' input, is `window`, not a first entry)."""
+    (`window`) and the `WindowState` after the last token. `hidden_states`: x, the layers' input, then every tanh
+    layer's output."""
 
     def __init__(self, config: WindowConfig):
         super().__init__(config)
@@ -107,7 +105,7 @@ class WindowModel(WindowPreTrainedModel):
         windows = sequence.unfold(1, n_1, 1)[:, 1:].flip(-1)
         x = self.embedding_dropout(windows.transpose(-1, -2).reshape(batch_size, seq_len, n_1 * width))
 
-        hidden_states, all_hidden_states = x, []  # x is `window`: (n-1) * m wide, not a state of width h
+        hidden_states, all_hidden_states = x, [x]  # the embedding output: (n-1) * m wide, not h
         for layer in self.layers:
             hidden_states = layer(hidden_states)
             all_hidden_states.append(hidden_states)

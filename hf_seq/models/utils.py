@@ -187,12 +187,13 @@ class CheckedGenerationMixin(GenerationMixin):
             kwargs["compile_config"]._compile_all_devices = True
         return super().generate(*args, **kwargs)
 
-    def prepare_inputs_for_generation(self, *args, cache=None, **kwargs):
+    def prepare_inputs_for_generation(self, *args, cache=None, inputs_embeds=None, **kwargs):
         """transformers >= 5.24 passes the cache (or recurrent state) as `cache`, and generate() refuses an argument
-        that this signature does not name; the families' forward takes it as `past_key_values`."""
+        that this signature does not name (`inputs_embeds` too: it is read at the first step); the families' forward
+        takes the cache as `past_key_values`."""
         if cache is not None:
             kwargs[CACHE_NAME] = cache
-        inputs = super().prepare_inputs_for_generation(*args, **kwargs)
+        inputs = super().prepare_inputs_for_generation(*args, inputs_embeds=inputs_embeds, **kwargs)
         if "cache" in inputs:
             inputs["past_key_values"] = inputs.pop("cache")
         return inputs
