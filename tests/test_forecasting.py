@@ -19,7 +19,8 @@ from hf_seq.baselines.forecasting import (
     seasonal_naive_forecast,
     select_order,
 )
-from hf_seq.data.series import CO2_WEEKLY_FILE, co2_weekly
+from hf_seq.data.corpora import CO2_WEEKLY_FILE
+from hf_seq.data.series import co2_weekly
 from hf_seq.errors import UserError
 from hf_seq.evaluation.forecasting import (
     crps_from_samples,
@@ -380,3 +381,22 @@ def test_co2_weekly_file_is_statsmodels_copy_unchanged_and_shipped_in_the_wheel(
     tomllib = pytest.importorskip("tomllib")
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hf_seq"]
     assert any(PurePosixPath("data", *CO2_WEEKLY_FILE).match(pattern) for pattern in patterns), patterns
+
+
+def test_co2_is_one_entry_of_the_embedded_table_read_by_the_series_reader_the_cards_and_the_hub_metadata():
+    from hf_seq.data.corpora import CO2, DATA_DESCRIPTIONS, EMBEDDED, EMBEDDED_DATA
+    from hf_seq.data.series import read_series
+    from hf_seq.hub.cards import describe_training_data
+    from hf_seq.hub.publish import hub_dataset_ids
+    from hf_seq.training.recipes import DataRecipe
+
+    entry = EMBEDDED_DATA[CO2]
+    assert entry.series and not EMBEDDED_DATA["stdlib"].series
+    (series,) = read_series(DataRecipe(dataset=CO2))
+    _, values = co2_weekly()
+    assert series["id"] == CO2
+    np.testing.assert_array_equal(series["values"], values)  # NaN where co2_weekly has NaN, the rest equal
+    assert EMBEDDED[CO2] is entry.load and DATA_DESCRIPTIONS[CO2] == entry.description
+    recipe = {"task": "time_series", "data": {"dataset": CO2}}
+    assert describe_training_data(recipe, CO2) == entry.description
+    assert hub_dataset_ids(CO2) == []  # built in, not a Hub dataset

@@ -1,22 +1,30 @@
 """The forecasting heads (`...ForPrediction`, models/prediction.py) of every causal family: the loss is the
 distribution's negative log-density, `generate()` equals recomputing each step from scratch, missing values are
-left out, the folder round-trips (also as remote code) and a head learns a series."""
+left out, the folder round-trips (also as remote code) and a head learns a series. The settings are config fields
+checked by the config (configs saved before they were fields load with the same values), and a distribution or a
+scaling is one class in a name -> class table."""
 
+import dataclasses
 import json
 import math
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
 
 import hf_seq  # noqa: F401  (registers the families)
-from hf_seq.registry import family
+from hf_seq.models import prediction
+from hf_seq.registry import FAMILIES, family
+
+SAVED = Path(__file__).parent / "fixtures" / "release-0.1.0"  # folders saved by hf-seq 0.1.0
 
 PREDICTION = "AutoModelForTimeSeriesPrediction"
+FORECASTERS = [fam for fam in FAMILIES if PREDICTION in fam.models]
 HEAD = dict(prediction_length=4, context_length=6, lags_sequence=[1, 2, 5], vocab_size=1, num_parallel_samples=3)
 TINY = {
     "rnn-lstm": ("rnn", dict(cell_type="lstm", hidden_size=12, num_hidden_layers=2, dropout=0.0)),
@@ -86,7 +94,7 @@ def test_generate_equals_recomputing_every_step(name):
             slot = torch.full((repeated.shape[0], 1), float("nan"))  # the position to predict, not yet known
             out = model(past_values=repeated, future_values=torch.cat([drawn, slot], 1))
             last = tuple(p[:, -1:] for p in out.params)
-            value = model.distribution_head.distribution_of(last, out.loc, out.scale).sample()
+            value = model.distribution_head.distribution(last, out.loc, out.scale).sample()
             drawn = torch.cat([drawn, value], 1)
     torch.testing.assert_close(paths, drawn.view(2, samples, horizon), rtol=1e-5, atol=1e-4)
 
@@ -243,3 +251,163 @@ def test_trainer_trains_a_forecaster_and_reports_its_held_out_nll(tmp_path):
         direct = model.eval()(past_values=past, future_values=future).loss
     assert after == pytest.approx(float(direct), rel=1e-5)  # Trainer's eval_loss is the model's NLL per value
     assert after < before - 0.2, (before, after)
+
+
+# ------------------------------------------------------------------------------------------------ the settings
+@pytest.mark.parametrize("fam", FORECASTERS, ids=lambda fam: fam.name)
+def test_every_forecasting_config_declares_the_settings_as_fields_with_the_shared_defaults(fam):
+    fields = {f.name for f in dataclasses.fields(fam.config_class)}
+    assert set(prediction.PREDICTION_DEFAULTS) <= fields
+    config = fam.config_class()  # a language model's config: no prediction_length, nothing to default context to
+    assert {key: getattr(config, key) for key in prediction.PREDICTION_DEFAULTS} == prediction.PREDICTION_DEFAULTS
+    config = fam.config_class(prediction_length=4, lags_sequence=(3, 1, 3))
+    assert (config.context_length, config.lags_sequence) == (4, [1, 3])
+    assert config.to_dict()["prediction_length"] == 4
+
+
+@pytest.mark.parametrize("fam", FORECASTERS, ids=lambda fam: fam.name)
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(distribution_output="gamma"), r"distribution_output='gamma' is not supported; allowed values: \['student_t', 'normal'\]\."),
+        (dict(scaling="max"), r"scaling='max' is not supported; allowed values: \['mean', 'std', 'none'\]\."),
+        (dict(prediction_length=4, context_length=0), r"context_length must be a positive integer, got 0\."),
+        (dict(lags_sequence=[]), r"lags_sequence must be a non-empty list of positive integers, got \[\]\."),
+        (dict(num_parallel_samples=-1), r"num_parallel_samples must be a positive integer, got -1\."),
+    ],
+)  # fmt: skip
+def test_the_config_refuses_a_bad_setting_naming_the_key_the_value_and_what_is_allowed(fam, settings, message):
+    with pytest.raises(prediction.PredictionSettingError, match=f"^{fam.config}: {message}$") as raised:
+        fam.config_class(**settings)
+    assert raised.value.key in settings
+
+
+def test_the_settings_check_reads_a_dict_and_its_error_carries_the_key():
+    settings = prediction.check_prediction_settings(
+        {"prediction_length": 3, "lags_sequence": [4, 1, 4], "hidden_size": 8}, owner="recipe"
+    )
+    filled = {"prediction_length": 3, "context_length": 3, "lags_sequence": [1, 4]}  # context: prediction_length
+    assert settings == prediction.PREDICTION_DEFAULTS | filled
+    with pytest.raises(prediction.PredictionSettingError) as raised:
+        prediction.check_prediction_settings({"prediction_length": 3, "num_parallel_samples": 0}, owner="recipe")
+    assert raised.value.key == "num_parallel_samples"
+    assert raised.value.problem == "num_parallel_samples must be a positive integer, got 0."
+    assert str(raised.value) == "recipe: num_parallel_samples must be a positive integer, got 0."
+    # unset: fine for a config that is not a forecaster's, refused where a forecast is made
+    assert prediction.check_prediction_settings({}, owner="recipe")["prediction_length"] is None
+    with pytest.raises(prediction.PredictionSettingError, match=r"got None \(a forecasting head needs it in the"):
+        prediction.check_prediction_settings({}, owner="recipe", require_length=True)
+
+
+def test_a_forecaster_saved_by_0_1_0_loads_with_the_same_settings_and_the_same_loss(tmp_path):
+    """0.1.0 set the settings on the config when the head was built, so its config.json holds them as plain keys.
+    Its own code (the remote code of a folder it saved) builds and saves a forecaster; this version loads it with the
+    same settings, scores the same loss bit for bit, and saves the same settings again."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["hf_seq"] = None  # 0.1.0's code only: the folder's own files
+        import torch, transformers
+        for name in ("lstm", "gpt", "mamba"):
+            config = transformers.AutoConfig.from_pretrained({str(SAVED)!r} + "/" + name, trust_remote_code=True)
+            config.update(dict(prediction_length=4, lags_sequence=[5, 1, 2], scaling="mean", num_parallel_samples=3))
+            torch.manual_seed(0)
+            model = transformers.AutoModelForTimeSeriesPrediction.from_config(config, trust_remote_code=True).eval()
+            assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+            model.save_pretrained(name)
+            past, future = 50 + torch.randn(2, 11).cumsum(1), 50 + torch.randn(2, 4).cumsum(1)
+            with torch.no_grad():
+                loss = model(past_values=past, future_values=future).loss
+            torch.save({{"past": past, "future": future, "loss": loss}}, name + "/expected.pt")
+        print("saved ok")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert "saved ok" in done.stdout, done.stdout + done.stderr
+    for name in ("lstm", "gpt", "mamba"):
+        saved = json.loads((tmp_path / name / "config.json").read_text())
+        settings = {key: saved[key] for key in prediction.PREDICTION_DEFAULTS}
+        assert settings == {"prediction_length": 4, "context_length": 4, "lags_sequence": [1, 2, 5], "scaling": "mean",
+                            "distribution_output": "student_t", "num_parallel_samples": 3}  # fmt: skip
+        model = transformers.AutoModelForTimeSeriesPrediction.from_pretrained(tmp_path / name).eval()
+        assert type(model).__module__.startswith("hf_seq.models."), name
+        assert {key: getattr(model.config, key) for key in settings} == settings
+        expected = torch.load(tmp_path / name / "expected.pt")
+        with torch.no_grad():
+            loss = model(past_values=expected["past"], future_values=expected["future"]).loss
+        assert torch.equal(loss, expected["loss"]), name
+        model.save_pretrained(tmp_path / f"{name}-again")
+        again = json.loads((tmp_path / f"{name}-again" / "config.json").read_text())
+        assert {key: again[key] for key in settings} == settings
+
+
+def test_a_language_model_config_saved_by_0_1_0_loads_with_the_default_settings():
+    config = transformers.AutoConfig.from_pretrained(SAVED / "lstm")
+    assert "prediction_length" not in json.loads((SAVED / "lstm" / "config.json").read_text())
+    assert {key: getattr(config, key) for key in prediction.PREDICTION_DEFAULTS} == prediction.PREDICTION_DEFAULTS
+
+
+# ------------------------------------------------------------------------------------------------ the tables
+class LaplaceOutput(prediction.DistributionOutput):
+    """z ~ Laplace(m, b) with b = positive(raw); y = loc + scale z ~ Laplace(loc + scale m, scale b)."""
+
+    args = ("loc", "scale")
+
+    def domain_map(self, raw):
+        m, b = raw
+        return m, prediction.positive(b)
+
+    def distribution(self, params, loc, scale):
+        m, b = params
+        return torch.distributions.Laplace(loc + scale * m, scale * b)
+
+
+class AbsMaxScaler(prediction.Scaler):
+    """loc = 0, scale = the largest observed |y|."""
+
+    def forward(self, values, observed):
+        return torch.zeros_like(values[:, :1]), (values.abs() * observed).amax(1, keepdim=True)
+
+
+def test_a_third_distribution_is_one_class_and_one_table_row(monkeypatch):
+    monkeypatch.setitem(prediction.DISTRIBUTIONS, "laplace", LaplaceOutput)
+    model = make("gpt", distribution_output="laplace")
+    assert model.distribution_head.proj.out_features == 2
+    past, future = series(), series(length=4, seed=1)
+    out = model(past_values=past, future_values=future)
+    m, b = (p[:, -4:] for p in out.params)
+    centre, spread = out.loc + out.scale * m, out.scale * b
+    # a Laplace's log density, written out: -log(2 b) - |y - m| / b
+    torch.testing.assert_close(out.loss, (torch.log(2 * spread) + (future - centre).abs() / spread).mean())
+    assert model.generate(past_values=past).sequences.shape == (2, 3, 4)
+    with pytest.raises(ValueError, match=r"distribution_output='gamma' is not supported; allowed values: "
+                       r"\['student_t', 'normal', 'laplace'\]"):  # fmt: skip
+        make("gpt", distribution_output="gamma")
+
+
+def test_a_new_scaling_is_one_class_and_one_table_row(monkeypatch):
+    monkeypatch.setitem(prediction.SCALERS, "absmax", AbsMaxScaler)
+    model = make("rnn-gru", scaling="absmax")
+    past = series()
+    out = model(past_values=past, future_values=series(length=4, seed=1))
+    torch.testing.assert_close(out.scale, past[:, -HEAD["context_length"] :].abs().amax(1, keepdim=True))
+    assert torch.equal(out.loc, torch.zeros(2, 1))
+
+
+def test_the_scalers_compute_their_equations_and_hold_no_weights():
+    values = torch.tensor([[1.0, -3.0, 5.0, 100.0], [2.0, 2.0, 2.0, 2.0]])
+    observed = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # row 2: nothing observed -> (0, 1)
+    expected = {
+        "mean": ([0.0, 0.0], [3.0, 1.0]),  # mean |y| of 1, -3, 5
+        "std": ([1.0, 0.0], [math.sqrt(32 / 3), 1.0]),  # deviations 0, -4, 4, over n
+        "none": ([0.0, 0.0], [1.0, 1.0]),
+    }
+    assert list(prediction.SCALERS) == list(expected)
+    for name, (loc, scale) in expected.items():
+        scaler = prediction.SCALERS[name]()
+        assert not list(scaler.parameters()) and not list(scaler.buffers())
+        got_loc, got_scale = scaler(values, observed)
+        torch.testing.assert_close(got_loc, torch.tensor(loc)[:, None])
+        torch.testing.assert_close(got_scale, torch.tensor(scale)[:, None])

@@ -107,7 +107,20 @@ def test_hf_seq_train_and_evaluate_agree_on_a_csv_of_two_series(tmp_path):
             r"recipe key 'model.prediction_length': prediction_length must be a "
             r"positive integer \(the number of values to forecast\), got 0\.$",
         ),
+        (
+            {"model": {"distribution_output": "gamma"}},
+            r"recipe key 'model.distribution_output': distribution_output='gamma' is not supported; allowed values: "
+            r"\['student_t', 'normal'\]\.$",
+        ),
+        (
+            {"model": {"lags_sequence": [0]}},
+            r"recipe key 'model.lags_sequence': lags_sequence must be a non-empty list",
+        ),
         ({"model": {"prediction_length": 60}}, "series 'a' has 120 values; with model.prediction_length=60"),
+        (
+            {"data": {"dataset": "stdlib"}},
+            r"data.dataset: 'stdlib' is embedded data of another task, not a series; the embedded series: \['co2'\]",
+        ),
         ({"data": {"test_windows": 0}}, "data.test_windows': must be a positive integer, got 0"),
         ({"data": {"season": 0}}, "recipe key 'data.season': must be a positive integer, got 0"),
         (
@@ -143,3 +156,13 @@ def test_the_command_reports_a_bad_target_in_one_line(tmp_path):
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1].startswith("hf-seq: error: data.target_column: 'store' holds 'a'")
     assert "Traceback" not in done.stderr
+
+
+def test_a_language_model_recipe_refuses_the_forecasting_settings(tmp_path):
+    """The settings are fields of the family's config, but only the time_series task reads them."""
+    tree = {"family": "gpt", "task": "causal_lm", "model": TINY_GPT | {"prediction_length": 6},
+            "training": {"output_dir": str(tmp_path / "run"), "log_with": "none"}}  # fmt: skip
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['model.prediction_length'\] for GPTConfig"):
+        load_recipe(tree)
+    del tree["model"]["prediction_length"]
+    assert load_recipe(tree).model == TINY_GPT

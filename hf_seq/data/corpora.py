@@ -4,9 +4,14 @@ Embedded defaults need no network: the CPython standard library sources (present
 modelling. Anything else comes through `datasets`: a Hub dataset name or local text/JSON/CSV files.
 """
 
+import csv
+import io
 import json
+import math
 import sysconfig
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import datasets
@@ -17,6 +22,7 @@ from hf_seq.data.tokenization import check_special_tokens
 from hf_seq.errors import InvalidValueError, MissingFileError
 
 STDLIB = "stdlib"
+CO2 = "co2"  # the embedded weekly Mauna Loa CO2 series (its source and licence: hf_seq.data.series)
 
 
 def stdlib_files() -> list[Path]:
@@ -618,24 +624,78 @@ def _rows(make, default: int):
     return build
 
 
-# Data that needs no download, by name (recipe `data.dataset`): name -> rows of the data section. Their rows hold
-# the tasks' column names: text; source, target; text, label; tokens, tags.
-EMBEDDED = {
-    STDLIB: lambda data: datasets.Dataset.from_dict({"text": stdlib_texts(max_chars=data.max_chars)}),
-    "gettext": lambda data: datasets.Dataset.from_list(gettext_pairs(data.target_language)),
-    "reversal": _rows(sequence_reversal, 20000),
-    "dates": _rows(date_conversion, 20000),
-    "parentheses": _rows(parentheses_classification, 4000),
-    "python-tokens": _rows(python_token_tagging, 4000),
-}
+CO2_WEEKLY_FILE = ("files", "co2_weekly.csv")  # statsmodels' co2.csv, byte for byte: columns date (YYYYMMDD), co2
 
-# What a model card says of each embedded dataset it was trained on (the names of EMBEDDED).
-DATA_DESCRIPTIONS = {
-    "stdlib": "the CPython standard library sources (`.py` files, tests excluded) of the training machine",
-    "gettext": "English messages paired with their translations from the system's gettext catalogs",
-    "reversal": "the synthetic sequence-reversal task of `hf_seq.data.corpora` (random letter sequences and their reverse)",
-    "dates": "the synthetic date-format conversion task of `hf_seq.data.corpora`",
-    "parentheses": "the synthetic balanced colored-parentheses task of `hf_seq.data.corpora`",
-    "python-tokens": "Python tokens of the standard library sources tagged by the `tokenize` module",
-    "co2": "the weekly mean CO2 concentration at Mauna Loa, 1958-2001 (Scripps; public domain), shipped in hf-seq",
+
+def co2_rows(data=None) -> datasets.Dataset:
+    """The weekly Mauna Loa CO2 series shipped in the package as the time_series task's rows: one row, its name in
+    `id`, its weeks in `timestamp` (ISO dates, each week's Saturday) and its values in `target` (ppm by volume; NaN:
+    a week without a measurement, an empty field of the file). Nothing of the recipe's data section applies."""
+    text = resources.files("hf_seq.data").joinpath(*CO2_WEEKLY_FILE).read_text(encoding="utf-8")
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader)
+    if header != ["date", "co2"]:
+        raise RuntimeError(f"{'/'.join(CO2_WEEKLY_FILE)}: expected the header date,co2, got {header}.")
+    dates, values = [], []
+    for date, value in reader:
+        dates.append(f"{date[:4]}-{date[4:6]}-{date[6:]}")
+        values.append(float(value) if value else math.nan)
+    return datasets.Dataset.from_dict({"id": [CO2], "timestamp": [dates], "target": [values]})
+
+
+@dataclass(frozen=True)
+class EmbeddedData:
+    """Data that needs no download, named by a recipe's `data.dataset`. `load(data)` builds its rows from the
+    recipe's data section, with the tasks' column names: text; source, target; text, label; tokens, tags; for a
+    series (`series=True`, the time_series task), id, timestamp and target, one series a row (the Monash layout).
+    `description` is what a model card says of it."""
+
+    name: str
+    description: str
+    load: Callable[..., datasets.Dataset]
+    series: bool = False
+
+
+EMBEDDED_DATA = {
+    entry.name: entry
+    for entry in (
+        EmbeddedData(
+            STDLIB,
+            "the CPython standard library sources (`.py` files, tests excluded) of the training machine",
+            lambda data: datasets.Dataset.from_dict({"text": stdlib_texts(max_chars=data.max_chars)}),
+        ),
+        EmbeddedData(
+            "gettext",
+            "English messages paired with their translations from the system's gettext catalogs",
+            lambda data: datasets.Dataset.from_list(gettext_pairs(data.target_language)),
+        ),
+        EmbeddedData(
+            "reversal",
+            "the synthetic sequence-reversal task of `hf_seq.data.corpora` (random letter sequences and their reverse)",
+            _rows(sequence_reversal, 20000),
+        ),
+        EmbeddedData(
+            "dates", "the synthetic date-format conversion task of `hf_seq.data.corpora`", _rows(date_conversion, 20000)
+        ),
+        EmbeddedData(
+            "parentheses",
+            "the synthetic balanced colored-parentheses task of `hf_seq.data.corpora`",
+            _rows(parentheses_classification, 4000),
+        ),
+        EmbeddedData(
+            "python-tokens",
+            "Python tokens of the standard library sources tagged by the `tokenize` module",
+            _rows(python_token_tagging, 4000),
+        ),
+        EmbeddedData(
+            CO2,
+            "the weekly mean CO2 concentration at Mauna Loa, 1958-2001 (Scripps; public domain), shipped in hf-seq",
+            co2_rows,
+            series=True,
+        ),
+    )
 }
+# What the table's readers look up: the rows of a dataset by name (the corpus readers), and what a model card says of
+# each embedded dataset it was trained on.
+EMBEDDED = {name: entry.load for name, entry in EMBEDDED_DATA.items()}
+DATA_DESCRIPTIONS = {name: entry.description for name, entry in EMBEDDED_DATA.items()}

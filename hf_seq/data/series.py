@@ -1,7 +1,8 @@
 """Real-valued series for the `time_series` task: read them, split them in time, cut them into training windows.
 
-A corpus is one or many series. `data.dataset` is `co2` (the weekly Mauna Loa CO2 series shipped in the package,
-no network), CSV / JSON / jsonl files or a Hub dataset, in one of two layouts:
+A corpus is one or many series. `data.dataset` is an embedded series (a name of `hf_seq.data.corpora.EMBEDDED_DATA`
+marked `series`: `co2`, the weekly Mauna Loa CO2 series shipped in the package, no network), CSV / JSON / jsonl files
+or a Hub dataset, in one of two layouts:
 
 - **long**: one row per time point, the value in `data.target_column`, optionally `data.id_column` (many series,
   one id each) and `data.timestamp_column` (rows are sorted by it within a series; without it the file's order);
@@ -14,57 +15,49 @@ example is a window of `past_length + prediction_length` values (`past_length`: 
 ending anywhere in the training part; history before a series starts reads as missing (NaN), as a held-out window's
 does. Missing values stay NaN throughout: the models read them through their observed mask.
 
-The embedded series: `co2_weekly()` reads `hf_seq/data/files/co2_weekly.csv`, the weekly mean atmospheric CO2
-concentration (ppm by volume) measured by the Scripps Institution of Oceanography at the Mauna Loa Observatory,
-Hawaii, from the week of 1958-03-29 to that of 2001-12-29 (Keeling and Whorf 2004, published by the Carbon Dioxide
+The embedded series: `co2_weekly()` (through the `co2` entry of `hf_seq.data.corpora.EMBEDDED_DATA`) reads
+`hf_seq/data/files/co2_weekly.csv`, the weekly mean atmospheric CO2 concentration (ppm by volume) measured by the
+Scripps Institution of Oceanography at the Mauna Loa Observatory, Hawaii, from the week of 1958-03-29 to that of 2001-12-29 (Keeling and Whorf 2004, published by the Carbon Dioxide
 Information Analysis Center at Oak Ridge National Laboratory). The measurements are in the public domain. The file is
 `statsmodels/datasets/co2/co2.csv` from the statsmodels 0.15.0 wheel, byte for byte (two columns: `date` as YYYYMMDD
 and `co2`, an empty field for a week without a value); statsmodels' own loader marks it public domain. It is kept
 unchanged so that anyone can compare it with statsmodels' copy (sha256 16695fa2...2a92f).
 """
 
-import csv
-import io
 import math
-import re
-from importlib import resources
 
 import datasets
 import numpy as np
 
 from hf_seq.errors import InvalidValueError
 
-EMBEDDED_SERIES = {"co2": "the weekly Mauna Loa CO2 series (1958-2001, ppm), shipped in the package"}
 MIN_CONTEXT_OBSERVED = 1  # a training window needs this many observed values in its context
 
 
 def prediction_settings(model: dict) -> dict:
-    """The forecasting keys of a recipe's model section with their defaults filled in, checked as the model's config
-    will check them (models/prediction.py), so the data is cut to the windows the model will read."""
-    from hf_seq.models.prediction import PREDICTION_DEFAULTS, check_prediction_config
+    """The forecasting settings of a recipe's model section with their defaults filled in, checked by the check the
+    model's config runs (models/prediction.py), so the data is cut to the windows the model will read."""
+    from hf_seq.models.prediction import PredictionSettingError, check_prediction_settings
 
-    class Keys:  # the checks read and fill attributes, as on a config
-        pass
-
-    keys = Keys()
-    for key in PREDICTION_DEFAULTS:
-        setattr(keys, key, model.get(key))
     try:
-        check_prediction_config(keys)
-    except ValueError as error:
-        problem = str(error).split(": ", 1)[1]  # "prediction_length must be ...", without the config's name
-        key = re.match(r"\w+", problem).group()
-        raise InvalidValueError(f"recipe key 'model.{key}': {problem}") from None
-    return {key: getattr(keys, key) for key in PREDICTION_DEFAULTS}
+        return check_prediction_settings(model, owner="recipe", require_length=True)
+    except PredictionSettingError as error:
+        raise InvalidValueError(f"recipe key 'model.{error.key}': {error.problem}") from None
 
 
 def read_series(data) -> list[dict]:
     """Every series of the recipe's data section: [{"id": str, "values": float array (NaN: missing)}]."""
-    if data.dataset == "co2":
-        _, values = co2_weekly()
-        return [{"id": "co2", "values": values}]
-    from hf_seq.data.corpora import _looks_like_files, load_files, load_hub_dataset
+    from hf_seq.data.corpora import EMBEDDED_DATA, _looks_like_files, load_files, load_hub_dataset
 
+    embedded = EMBEDDED_DATA.get(data.dataset) if isinstance(data.dataset, str) else None
+    if embedded is not None:
+        if not embedded.series:
+            names = [name for name, entry in EMBEDDED_DATA.items() if entry.series]
+            raise InvalidValueError(
+                f"data.dataset: {data.dataset!r} is embedded data of another task, not a series; the embedded "
+                f"series: {names}, or give files or a Hub dataset with data.target_column"
+            )
+        return series_from_rows(embedded.load(data), "target", "id", None)
     if _looks_like_files(data.dataset):
         rows = load_files(data.dataset)
     else:
@@ -211,23 +204,15 @@ def prepare_series(recipe) -> tuple[dict[str, datasets.Dataset], dict]:
 
 
 # ------------------------------------------------------------------------------------------------ embedded data
-CO2_WEEKLY_FILE = ("files", "co2_weekly.csv")
-
-
 def co2_weekly() -> tuple[list[str], np.ndarray]:
-    """The weekly Mauna Loa CO2 series shipped in the package (its source and licence below):
-    2,284 consecutive weeks (each dated by its Saturday) from 1958-03-29 to 2001-12-29, in ppm by volume.
+    """The weekly Mauna Loa CO2 series shipped in the package (its source and licence above), read through its entry
+    of the embedded-data table (`hf_seq.data.corpora.EMBEDDED_DATA`): 2,284 consecutive weeks (each dated by its
+    Saturday) from 1958-03-29 to 2001-12-29, in ppm by volume.
 
     Returns (dates, values): the dates as ISO strings ("1958-03-29", ...) and the values as a float64 array with
     NaN for the 59 weeks without a measurement. Its yearly season is about 52 weeks.
     """
-    text = resources.files("hf_seq.data").joinpath(*CO2_WEEKLY_FILE).read_text(encoding="utf-8")
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader)
-    if header != ["date", "co2"]:
-        raise RuntimeError(f"{'/'.join(CO2_WEEKLY_FILE)}: expected the header date,co2, got {header}.")
-    dates, values = [], []
-    for date, value in reader:
-        dates.append(f"{date[:4]}-{date[4:6]}-{date[6:]}")
-        values.append(float(value) if value else math.nan)
-    return dates, np.array(values, dtype=np.float64)
+    from hf_seq.data.corpora import CO2, EMBEDDED_DATA
+
+    (row,) = EMBEDDED_DATA[CO2].load(None)
+    return row["timestamp"], np.array(row["target"], dtype=np.float64)

@@ -11,6 +11,7 @@ from .config_utils import (
     resolve_options,
 )
 from .layers import ACTIVATIONS, NORM_TYPES
+from .prediction import check_prediction_fields
 
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rope", "alibi")
 NORM_POSITIONS = ("pre", "post")
@@ -35,6 +36,8 @@ class GPTConfig(PreTrainedConfig):
     - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
       chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
       `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
+    - Forecasting (the `ForPrediction` head, models/prediction.py): `prediction_length` (None: not a forecaster),
+      `context_length`, `lags_sequence`, `scaling`, `distribution_output`, `num_parallel_samples`.
 
     GPT-2's names (`n_embd`, `n_layer`, `n_head`, `n_positions`, `n_inner`, `layer_norm_epsilon`,
     `activation_function`, `embd_pdrop`, `attn_pdrop`, `resid_pdrop`) and `num_heads` are accepted as aliases.
@@ -87,6 +90,13 @@ class GPTConfig(PreTrainedConfig):
     pad_token_id: int | None = None
     bos_token_id: int | None = 50256
     eos_token_id: int | list[int] | None = 50256
+    # forecasting: the ForPrediction head's settings (models/prediction.py, PREDICTION_DEFAULTS)
+    prediction_length: int | None = None
+    context_length: int | None = None
+    lags_sequence: list[int] | tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
+    scaling: str = "std"
+    distribution_output: str = "student_t"
+    num_parallel_samples: int = 100
 
     def __post_init__(self, **kwargs):
         resolve_options(self, kwargs)
@@ -130,6 +140,7 @@ class GPTConfig(PreTrainedConfig):
             )
         if not self.router_aux_loss_coef >= 0:
             raise ValueError(f"GPTConfig: router_aux_loss_coef must be >= 0, got {self.router_aux_loss_coef!r}.")
+        check_prediction_fields(self)
         super().__post_init__(**kwargs)
         check_common_values(self)
         fill_auto_map(self)

@@ -13,6 +13,7 @@ from .config_utils import (
     fill_auto_map,
     resolve_options,
 )
+from .prediction import check_prediction_fields
 
 # Defined here, not in scan.py, so that the config imports without torch.
 SSM_TYPES = ("s4d", "mamba")
@@ -59,6 +60,8 @@ class SSMConfig(PreTrainedConfig):
     - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
       chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
       `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
+    - Forecasting (the `ForPrediction` head, models/prediction.py): `prediction_length` (None: not a forecaster),
+      `context_length`, `lags_sequence`, `scaling`, `distribution_output`, `num_parallel_samples`.
     """
 
     model_type = "hf_seq_ssm"
@@ -96,6 +99,13 @@ class SSMConfig(PreTrainedConfig):
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
+    # forecasting: the ForPrediction head's settings (models/prediction.py, PREDICTION_DEFAULTS)
+    prediction_length: int | None = None
+    context_length: int | None = None
+    lags_sequence: list[int] | tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
+    scaling: str = "std"
+    distribution_output: str = "student_t"
+    num_parallel_samples: int = 100
 
     def __post_init__(self, **kwargs):
         resolve_options(self, kwargs)
@@ -127,6 +137,7 @@ class SSMConfig(PreTrainedConfig):
                 f"{self.time_step_max!r}."
             )
         check_probability(self, "hidden_dropout", "classifier_dropout")
+        check_prediction_fields(self)
         super().__post_init__(**kwargs)
         check_common_values(self)
         fill_auto_map(self)

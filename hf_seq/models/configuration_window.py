@@ -3,6 +3,7 @@
 from transformers import PreTrainedConfig
 
 from .config_utils import check_common_values, check_positive, check_probability, fill_auto_map, resolve_options
+from .prediction import check_prediction_fields
 
 
 class WindowConfig(PreTrainedConfig):
@@ -22,6 +23,8 @@ class WindowConfig(PreTrainedConfig):
     - `fused_loss` (default True): in training with labels, the loss is computed from the last hidden states in
       chunks of tokens (models/losses.py) without holding the (tokens x vocabulary) logits, and the output's
       `logits` is None; False computes and returns them. Evaluation (eval mode, no_grad) always returns them.
+    - Forecasting (the `ForPrediction` head, models/prediction.py): `prediction_length` (None: not a forecaster),
+      `context_length`, `lags_sequence`, `scaling`, `distribution_output`, `num_parallel_samples`.
     """
 
     model_type = "hf_seq_window"
@@ -42,11 +45,19 @@ class WindowConfig(PreTrainedConfig):
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
+    # forecasting: the ForPrediction head's settings (models/prediction.py, PREDICTION_DEFAULTS)
+    prediction_length: int | None = None
+    context_length: int | None = None
+    lags_sequence: list[int] | tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
+    scaling: str = "std"
+    distribution_output: str = "student_t"
+    num_parallel_samples: int = 100
 
     def __post_init__(self, **kwargs):
         resolve_options(self, kwargs)
         check_positive(self, "vocab_size", "context_size", "embedding_size", "hidden_size", "num_hidden_layers")
         check_probability(self, "embedding_dropout", "hidden_dropout")
+        check_prediction_fields(self)
         super().__post_init__(**kwargs)
         check_common_values(self)
         fill_auto_map(self)
