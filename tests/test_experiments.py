@@ -1,6 +1,7 @@
 """The lectures' experiments at --quick size: each writes results.md, results.json (with its claims) and its plots,
 and the behaviour each one rests on holds (a causal map is causal, greedy decoding is beam search of width 1, ...)."""
 
+import dataclasses
 import json
 import math
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from hf_seq.cli import main
+from hf_seq.errors import InvalidValueError
 from hf_seq.experiments import EXPERIMENTS, get_experiment
 from hf_seq.training.schedules import scheduled_sampling_probability, teacher_forcing_probability
 
@@ -45,6 +47,84 @@ def test_unknown_experiment_and_option_are_named(capsys):
         get_experiment("parentheses").run(quick=True, bogus=1)
 
 
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_quick_settings_are_the_defaults_made_smaller(name):
+    """QUICK is the module's Settings with some sizes and budgets lowered: every number it changes is smaller, and
+    a quick run starts from QUICK, a full one from the defaults."""
+    module = get_experiment(name)
+    default, quick = module.Settings(), module.QUICK
+    changed = [f.name for f in dataclasses.fields(default) if getattr(quick, f.name) != getattr(default, f.name)]
+    assert changed, f"{name}: QUICK is the default run"
+    for key in changed:
+        small, full = getattr(quick, key), getattr(default, key)
+        if isinstance(full, int | float):
+            assert small < full, (name, key, small, full)
+        elif isinstance(full, tuple):
+            assert len(small) < len(full), (name, key, small, full)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quick.seed = 1
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_a_bad_setting_is_refused_before_the_run_naming_it(name, tmp_path):
+    """An unknown key names itself, its value and every setting with its type; a value of the wrong type names the
+    key, the value and the type; nothing is written."""
+    module = get_experiment(name)
+    with pytest.raises(InvalidValueError) as error:
+        module.run(quick=True, output_dir=tmp_path / "out", overrides=["stesp=10"])
+    message = str(error.value)
+    assert "stesp='10'" in message and all(f.name in message for f in dataclasses.fields(module.Settings))
+    assert "steps (int)" in message or "lm_steps (int)" in message
+    key = "lm_steps" if name == "attention_maps" else "steps"
+    with pytest.raises(InvalidValueError, match=rf"^{name}: {key}='ten': expected int$"):
+        module.run(quick=True, output_dir=tmp_path / "out", overrides=[f"{key}=ten"])
+    with pytest.raises(InvalidValueError, match=rf"{key}=2.5: expected int"):
+        module.run(quick=True, output_dir=tmp_path / "out", **{key: 2.5})
+    assert not (tmp_path / "out").exists()
+
+
+def test_settings_read_each_value_as_its_type():
+    from hf_seq.experiments.common import chosen_settings, settings_record
+
+    bottleneck = get_experiment("bottleneck")
+    s = chosen_settings("bottleneck", bottleneck.QUICK, ["seeds=3,4", "curriculum=1", "max_length=20"], {"steps": 7})
+    assert (s.seeds, s.curriculum, s.max_length, s.steps) == ((3, 4), 1.0, 20, 7)
+    assert isinstance(s.curriculum, float) and s.batch_size == bottleneck.QUICK.batch_size  # the rest kept
+    assert settings_record(s, bottleneck.QUICK, True)["set"] == [
+        "steps=7",
+        "max_length=20",
+        "curriculum=1.0",
+        "seeds=3,4",
+    ]
+    attention = get_experiment("attention_maps")
+    s = chosen_settings("attention_maps", attention.Settings(), ["threads=none", "learning_rate=1e-3", "date=1 May 99"])
+    assert (s.threads, s.learning_rate, s.date) == (None, 1e-3, "1 May 99")
+    with pytest.raises(InvalidValueError, match=r"threads='x': expected int or none"):
+        chosen_settings("attention_maps", attention.Settings(), ["threads=x"])
+    with pytest.raises(InvalidValueError, match=r"--set 'steps' is not KEY=VALUE"):
+        chosen_settings("attention_maps", attention.Settings(), ["steps"])
+
+
+def test_a_setting_outside_its_choices_is_refused_naming_them(tmp_path):
+    with pytest.raises(
+        InvalidValueError, match=r"decays=linear,cosine: unknown \['cosine'\]; allowed: \['inverse_sigmoid'"
+    ):
+        get_experiment("exposure_bias").run(quick=True, output_dir=tmp_path, overrides=["decays=linear,cosine"])
+    with pytest.raises(InvalidValueError, match=r"members=GPT \(RoPE\),Transformer: unknown \['Transformer'\]"):
+        get_experiment("induction_heads").run(quick=True, output_dir=tmp_path, members=("GPT (RoPE)", "Transformer"))
+
+
+def test_total_parameters_is_the_study_runners_total():
+    """One meaning per name: the experiments' count of every weight is the first of the study runner's counts."""
+    from hf_seq import GPTConfig, GPTForCausalLM
+    from hf_seq.experiments.common import total_parameters
+    from hf_seq.experiments.study import count_parameters
+
+    model = GPTForCausalLM(GPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2))
+    total, non_embedding = count_parameters(model)
+    assert total_parameters(model) == total == sum(p.numel() for p in model.parameters()) > non_embedding
+
+
 def test_vanishing_gradients_through_the_cli(tmp_path, capsys):
     main(["experiment", "vanishing_gradients", "--quick", "--output-dir", str(tmp_path)])
     assert "[agrees]" in capsys.readouterr().out or "[DISAGREES]" in capsys.readouterr().out
@@ -59,9 +139,12 @@ def test_vanishing_gradients_through_the_cli(tmp_path, capsys):
 
 def test_parentheses(tmp_path):
     module = get_experiment("parentheses")
-    results = module.run(quick=True, output_dir=tmp_path)
+    results = module.run(quick=True, output_dir=tmp_path, overrides=["steps=20"])
     saved = check_written(tmp_path, results)
     options = saved["options"]
+    # the quick settings with the one override, and a command that gives them again
+    assert options == {"quick": True, "set": ["steps=20"], **dataclasses.asdict(module.QUICK), "steps": 20}
+    assert saved["command"] == "hf-seq experiment parentheses --quick --set steps=20"
     for m in saved["models"].values():
         lengths = [int(n) for n in m["by_length"]]
         assert max(lengths) == options["test_length"] > options["train_length"]  # tested longer than trained

@@ -7,10 +7,14 @@
     from hf_seq.experiments import parentheses
     results = parentheses.run(quick=True, output_dir="out")     # the dict written to out/results.json
 
-Each `run(quick=False, output_dir=..., **options)` writes `results.md` (the table, and what the lecture claims against
-what the run measured), `results.json` (the same numbers, with a `claims` list of {claim, measured, agrees}) and PNG
-plots into `output_dir`, and returns the results. This file stays free of heavy imports: `hf-seq --help` and
-`hf-seq experiment --list` read the table below without importing torch.
+Each experiment's settings are one frozen dataclass, `Settings`, whose defaults are the documented run, and `QUICK`,
+the same class at a tiny size. `run(quick=False, output_dir=..., overrides=(), **changes)` starts from one of the two,
+applies `overrides` (`"steps=100"` strings, as `hf-seq experiment NAME --set steps=100` gives them) and `changes`
+(`steps=100`), each checked against the field's type in `common.chosen_settings`, writes `results.md` (the table,
+and what the lecture claims against what the run measured), `results.json` (the same numbers, the settings under
+`options`, and a `claims` list of {claim, measured, agrees}) and PNG plots into `output_dir`, and returns the results.
+This file stays free of heavy imports: `hf-seq --help` and `hf-seq experiment --list` read the table below without
+importing torch.
 """
 
 import importlib
@@ -30,7 +34,8 @@ EXPERIMENTS = {
 
 
 def get_experiment(name: str):
-    """The module of experiment `name` (it has `run(quick=False, output_dir=..., **options)`)."""
+    """The module of experiment `name` (it has `Settings`, `QUICK` and `run(quick=False, output_dir=..., overrides=(),
+    **changes)`)."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; allowed values: {sorted(EXPERIMENTS)}.")
     return importlib.import_module(f"{__name__}.{name}")

@@ -12,6 +12,7 @@ kernel so that `output_attentions=True` returns the weights.
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -29,17 +30,18 @@ from .common import (
     BOS,
     EOS,
     PAD,
-    check_options,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     markdown_table,
     output_folder,
     prose,
     save_figure,
+    settings_record,
     stdlib_tokenizer_and_blocks,
     torch_threads,
+    total_parameters,
     train,
 )
 
@@ -47,23 +49,31 @@ NAME = "attention_maps"
 TITLE = "Attention maps: every head of every layer of a small GPT, BERT and Transformer"
 SENTENCE = "for name in sorted(names):\n    print(name)\n"
 DATE = "Thu, Mar 5, 1998"
-DEFAULTS = dict(
-    hidden_size=64,
-    layers=2,
-    heads=4,
-    vocab_size=1024,
-    context=64,
-    lm_steps=400,
-    date_steps=800,
-    batch_size=32,
-    learning_rate=2e-3,
-    train_chars=1_000_000,
-    sentence=SENTENCE,
-    date=DATE,
-    seed=0,
-    threads=1,  # two threads stall at every barrier when the cores are shared; one is steadier
-)
-QUICK = dict(
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The three models' shape (`layers` x `heads`, width `hidden_size`); GPT and BERT trained for `lm_steps` on
+    blocks of `context` tokens of the first `train_chars` characters (BPE of `vocab_size` tokens), the Transformer for
+    `date_steps` on dates; the maps drawn for `sentence` (GPT, BERT) and `date` (the Transformer)."""
+
+    hidden_size: int = 64
+    layers: int = 2
+    heads: int = 4
+    vocab_size: int = 1024
+    context: int = 64
+    lm_steps: int = 400
+    date_steps: int = 800
+    batch_size: int = 32
+    learning_rate: float = 2e-3
+    train_chars: int = 1_000_000
+    sentence: str = SENTENCE
+    date: str = DATE
+    seed: int = 0
+    threads: int | None = 1  # two threads stall at every barrier when the cores are shared; one is steadier
+
+
+QUICK = Settings(
     hidden_size=32,
     vocab_size=300,
     context=32,
@@ -75,58 +85,61 @@ QUICK = dict(
 )
 
 
-def small(config_class, o: dict, **kwargs):
+def small(config_class, s: Settings, **kwargs):
     dropout = {
         k: 0.0
         for k in ("embedding_dropout", "attention_dropout", "hidden_dropout")
         if k in config_class.__annotations__
     }
-    return config_class(num_attention_heads=o["heads"], hidden_size=o["hidden_size"], **dropout, **kwargs)
+    return config_class(num_attention_heads=s.heads, hidden_size=s.hidden_size, **dropout, **kwargs)
 
 
-def train_gpt(o: dict):
-    tokenizer, blocks, _ = stdlib_tokenizer_and_blocks(o["vocab_size"], o["train_chars"], 1, o["context"])
-    torch.manual_seed(o["seed"])
+def train_gpt(s: Settings):
+    tokenizer, blocks, _ = stdlib_tokenizer_and_blocks(s.vocab_size, s.train_chars, 1, s.context)
+    torch.manual_seed(s.seed)
     config = small(
         GPTConfig,
-        o,
+        s,
         vocab_size=len(tokenizer),
-        num_hidden_layers=o["layers"],
-        max_position_embeddings=o["context"],
+        num_hidden_layers=s.layers,
+        max_position_embeddings=s.context,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     model = GPTForCausalLM(config)
-    order = torch.randint(len(blocks), (o["lm_steps"], o["batch_size"]), generator=torch.Generator().manual_seed(0))
+    order = torch.randint(len(blocks), (s.lm_steps, s.batch_size), generator=torch.Generator().manual_seed(0))
     run_ = train(
-        model, lambda s: {"input_ids": blocks[order[s]], "labels": blocks[order[s]]}, o["lm_steps"], o["learning_rate"]
+        model,
+        lambda step: {"input_ids": blocks[order[step]], "labels": blocks[order[step]]},
+        s.lm_steps,
+        s.learning_rate,
     )
     return model, tokenizer, run_
 
 
-def train_bert(o: dict):
-    tokenizer, blocks, _ = stdlib_tokenizer_and_blocks(o["vocab_size"], o["train_chars"], 1, o["context"] - 2, "bert")
+def train_bert(s: Settings):
+    tokenizer, blocks, _ = stdlib_tokenizer_and_blocks(s.vocab_size, s.train_chars, 1, s.context - 2, "bert")
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     blocks = torch.cat([torch.full((len(blocks), 1), cls), blocks, torch.full((len(blocks), 1), sep)], 1)
-    torch.manual_seed(o["seed"])
+    torch.manual_seed(s.seed)
     config = small(
         BERTConfig,
-        o,
+        s,
         vocab_size=len(tokenizer),
-        num_hidden_layers=o["layers"],
-        max_position_embeddings=o["context"],
+        num_hidden_layers=s.layers,
+        max_position_embeddings=s.context,
         pad_token_id=tokenizer.pad_token_id,
     )
     model = BERTForMaskedLM(config)
-    collator = masked_lm_collator(tokenizer, seed=o["seed"])
-    order = torch.randint(len(blocks), (o["lm_steps"], o["batch_size"]), generator=torch.Generator().manual_seed(0))
+    collator = masked_lm_collator(tokenizer, seed=s.seed)
+    order = torch.randint(len(blocks), (s.lm_steps, s.batch_size), generator=torch.Generator().manual_seed(0))
 
     def batch(step):
         masked = collator([{"input_ids": blocks[i].tolist()} for i in order[step]])
         return {"input_ids": masked["input_ids"], "labels": masked["labels"]}
 
-    return model, tokenizer, train(model, batch, o["lm_steps"], o["learning_rate"])
+    return model, tokenizer, train(model, batch, s.lm_steps, s.learning_rate)
 
 
 def date_vocabulary() -> dict[str, int]:
@@ -144,16 +157,16 @@ def encode_dates(rows, vocab) -> tuple[torch.Tensor, torch.Tensor]:
     return source, target
 
 
-def train_dates(o: dict):
+def train_dates(s: Settings):
     vocab = date_vocabulary()
-    torch.manual_seed(o["seed"])
+    torch.manual_seed(s.seed)
     config = small(
         TransformerConfig,
-        o,
+        s,
         vocab_size=len(vocab) + 4,
-        encoder_layers=o["layers"],
-        decoder_layers=o["layers"],
-        intermediate_size=4 * o["hidden_size"],
+        encoder_layers=s.layers,
+        decoder_layers=s.layers,
+        intermediate_size=4 * s.hidden_size,
         dropout=0.0,
         max_position_embeddings=64,
         pad_token_id=PAD,
@@ -163,10 +176,10 @@ def train_dates(o: dict):
     model = TransformerForConditionalGeneration(config)
 
     def batch(step):
-        source, target = encode_dates(date_conversion(o["batch_size"], seed=o["seed"] * 100_003 + step), vocab)
+        source, target = encode_dates(date_conversion(s.batch_size, seed=s.seed * 100_003 + step), vocab)
         return {"input_ids": source, "attention_mask": (source != PAD).long(), "labels": target}
 
-    run_ = train(model, batch, o["date_steps"], o["learning_rate"])
+    run_ = train(model, batch, s.date_steps, s.learning_rate)
     source, target = encode_dates(date_conversion(200, seed=10**9), vocab)
     generated = model.generate(
         input_ids=source,
@@ -207,37 +220,39 @@ def draw(maps: list[tuple[str, torch.Tensor, list[str], list[str]]], title: str,
 
 
 @torch.no_grad()
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    with torch_threads(o["threads"]), torch.enable_grad():
-        gpt, gpt_tokenizer, gpt_run = train_gpt(o)
-        bert, bert_tokenizer, bert_run = train_bert(o)
-        transformer, vocab, date_run, date_exact = train_dates(o)
+    with torch_threads(s.threads), torch.enable_grad():
+        gpt, gpt_tokenizer, gpt_run = train_gpt(s)
+        bert, bert_tokenizer, bert_run = train_bert(s)
+        transformer, vocab, date_run, date_exact = train_dates(s)
     for model in (gpt, bert, transformer):
         model.set_attn_implementation("eager")  # the fused kernels do not return their weights
 
-    gpt_maps, gpt_labels = self_attention(gpt, gpt_tokenizer, o["sentence"])
-    bert_maps, bert_labels = self_attention(bert, bert_tokenizer, o["sentence"])
-    cross, written, rows = date_attention(transformer, vocab, o["date"])
+    gpt_maps, gpt_labels = self_attention(gpt, gpt_tokenizer, s.sentence)
+    bert_maps, bert_labels = self_attention(bert, bert_tokenizer, s.sentence)
+    cross, written, rows = date_attention(transformer, vocab, s.date)
     plots = [
         draw(layer_rows(gpt_maps, gpt_labels), "GPT (causal)", folder / "gpt.png"),
         draw(layer_rows(bert_maps, bert_labels), "BERT (bidirectional)", folder / "bert.png"),
-        draw(rows, f"Transformer: {o['date']!r} -> {written!r}", folder / "transformer.png"),
+        draw(rows, f"Transformer: {s.date!r} -> {written!r}", folder / "transformer.png"),
     ]
     models = {
-        "gpt": {"parameters": count_parameters(gpt), "final_train_loss": gpt_run["final_loss"]},
-        "bert": {"parameters": count_parameters(bert), "final_train_loss": bert_run["final_loss"]},
+        "gpt": {"parameters": total_parameters(gpt), "final_train_loss": gpt_run["final_loss"]},
+        "bert": {"parameters": total_parameters(bert), "final_train_loss": bert_run["final_loss"]},
         "transformer": {
-            "parameters": count_parameters(transformer),
+            "parameters": total_parameters(transformer),
             "final_train_loss": date_run["final_loss"],
             "exact_match": date_exact,
             "written": written,
         },
     }
-    measured = measure(gpt_maps, bert_maps, cross, written, o["date"])
-    results = {"options": {"quick": quick, **o}, **models, **measured, "claims": claims(measured)}
-    return finish(NAME, TITLE, folder, results, report(o, models), started, plots)
+    measured = measure(gpt_maps, bert_maps, cross, written, s.date)
+    results = {"options": settings_record(s, base, quick), **models, **measured, "claims": claims(measured)}
+    return finish(NAME, TITLE, folder, results, report(s, models), started, plots)
 
 
 def self_attention(model, tokenizer, text: str) -> tuple[list[torch.Tensor], list[str]]:
@@ -294,7 +309,7 @@ def measure(gpt_maps, bert_maps, cross_attentions, written: str, date: str) -> d
     }
 
 
-def report(o: dict, models: dict) -> str:
+def report(s: Settings, models: dict) -> str:
     """The Markdown body: the three models and how each was trained, and the inputs."""
     gpt, bert, transformer = models["gpt"], models["bert"], models["transformer"]
     return "\n\n".join(
@@ -306,28 +321,28 @@ def report(o: dict, models: dict) -> str:
                     [
                         "GPT",
                         f"{gpt['parameters']:,}",
-                        f"{o['layers']} x {o['heads']}",
-                        f"{o['lm_steps']} steps, blocks of {o['context']} tokens",
+                        f"{s.layers} x {s.heads}",
+                        f"{s.lm_steps} steps, blocks of {s.context} tokens",
                         f"{gpt['final_train_loss']:.2f}",
                     ],
                     [
                         "BERT",
                         f"{bert['parameters']:,}",
-                        f"{o['layers']} x {o['heads']}",
-                        f"{o['lm_steps']} steps, 15% masking",
+                        f"{s.layers} x {s.heads}",
+                        f"{s.lm_steps} steps, 15% masking",
                         f"{bert['final_train_loss']:.2f}",
                     ],
                     [
                         "Transformer",
                         f"{transformer['parameters']:,}",
-                        f"{o['layers']} + {o['layers']} x {o['heads']}",
-                        f"{o['date_steps']} steps of date conversion; exact match on 200 new dates "
+                        f"{s.layers} + {s.layers} x {s.heads}",
+                        f"{s.date_steps} steps of date conversion; exact match on 200 new dates "
                         f"{transformer['exact_match']:.2f}",
                         f"{transformer['final_train_loss']:.3f}",
                     ],
                 ],
             ),
-            f"Input of GPT and BERT: `{o['sentence']!r}`; of the Transformer: `{o['date']!r}`, which it wrote as "
+            f"Input of GPT and BERT: `{s.sentence!r}`; of the Transformer: `{s.date!r}`, which it wrote as "
             f"`{transformer['written']!r}`.",
         ]
     )

@@ -22,6 +22,7 @@ import random
 import shutil
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,6 +34,7 @@ from hf_seq import (
     TransformerForConditionalGeneration,
 )
 from hf_seq.data.corpora import sequence_reversal
+from hf_seq.errors import InvalidValueError
 from hf_seq.experiments.plotting import plot_alignment
 
 from .common import (
@@ -41,9 +43,8 @@ from .common import (
     ID_TOKENS,
     LETTER_VOCAB_SIZE,
     PAD,
-    check_options,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     letter_ids,
@@ -51,7 +52,9 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     torch_threads,
+    total_parameters,
     train,
 )
 
@@ -59,21 +62,40 @@ NAME = "bottleneck"
 TITLE = "The fixed-context bottleneck: sequence reversal against source length"
 DESIGNS = ("classic", "additive", "transformer")
 PEAK_LR = {"classic": 3e-3, "additive": 3e-3, "none": 3e-3, "transformer": 2e-3}
-# `seeds`: the initialisations each design is trained from (the batches are the same for all: `seed`). Whether and when
-# RNNsearch learns to align is a sudden transition whose step depends on the initialisation (measured at 1000-1200
-# steps: seeds 1 and 2 aligned, seed 0 did not), so one run per design would say more about its draw than its design.
-DEFAULTS = dict(
-    steps=1000,
-    batch_size=64,
-    min_length=5,
-    max_length=40,
-    curriculum=0.5,
-    seeds=(0, 1, 2),
-    examples=100,
-    jobs=2,
-    seed=0,
-)
-QUICK = dict(steps=15, batch_size=8, max_length=12, seeds=(0, 1), examples=8, jobs=1)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`steps` steps on batches of `batch_size` sequences of `min_length`-`max_length` letters (a curriculum over the
+    first `curriculum` fraction of the steps), each design trained from every one of `seeds`, in `jobs` processes;
+    `examples` test sequences per length."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    min_length: int = 5
+    max_length: int = 40
+    curriculum: float = 0.5
+    # The initialisations each design is trained from (the batches are the same for all: `seed`). Whether and when
+    # RNNsearch learns to align is a sudden transition whose step depends on the initialisation (measured at
+    # 1000-1200 steps: seeds 1 and 2 aligned, seed 0 did not), so one run per design would say more about its draw
+    # than its design.
+    seeds: tuple[int, ...] = (0, 1, 2)
+    examples: int = 100
+    jobs: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise InvalidValueError(
+                f"{NAME}: seeds={','.join(map(str, self.seeds))}: seeds must be distinct integers, at least one"
+            )
+        if not 0 <= self.curriculum <= 1:
+            raise InvalidValueError(
+                f"{NAME}: curriculum={self.curriculum!r}: curriculum must be a fraction of the steps in [0, 1]"
+            )
+
+
+QUICK = Settings(steps=15, batch_size=8, max_length=12, seeds=(0, 1), examples=8, jobs=1)
 
 
 def make_model(design: str, seed: int = 0) -> torch.nn.Module:
@@ -153,111 +175,97 @@ def alignment_figure(model, path: Path, length: int = 16) -> float:
     return sum(alignments[0, i, length - 1 - i].item() for i in range(steps)) / steps
 
 
-def longest(step: int, options: dict) -> int:
+def longest(step: int, s: Settings) -> int:
     """The longest source of a training step: a curriculum (Bengio et al. 2009) from min_length + 5 letters up to
     max_length over the first `curriculum` fraction of the steps (0: every length from the start)."""
-    low, high = options["min_length"], options["max_length"]
-    ramp = options["curriculum"] * options["steps"]
+    ramp = s.curriculum * s.steps
     if ramp <= 0:
-        return high
-    return min(high, round(low + 5 + (high - low - 5) * step / ramp))
+        return s.max_length
+    return min(s.max_length, round(s.min_length + 5 + (s.max_length - s.min_length - 5) * step / ramp))
 
 
-def run_design(design: str, options: dict, lengths, init_seed: int = 0) -> dict:
+def run_design(design: str, s: Settings, lengths, init_seed: int = 0, alignment_path: str | None = None) -> dict:
     """Train and evaluate one design from one initialisation on one torch thread (the decoder runs one small step per
-    token: a second thread only adds a barrier per step); with options["alignment_path"], the additive design also
-    draws its alignment there. Returns seconds, final_loss, lr, parameters and scores {length: (exact match, token
+    token: a second thread only adds a barrier per step); with `alignment_path`, the additive design also draws its
+    alignment there. Returns seconds, final_loss, lr, parameters and scores {length: (exact match, token
     accuracy)}."""
     torch.set_flush_denormal(True)
     with torch_threads(1):
         model = make_model(design, init_seed)
-        seed = options.get("seed", 0)
-        rng = random.Random(seed)
-        lengths_by_step = [
-            rng.randint(options["min_length"], longest(step, options)) for step in range(options["steps"])
-        ]
+        rng = random.Random(s.seed)
+        lengths_by_step = [rng.randint(s.min_length, longest(step, s)) for step in range(s.steps)]
 
         def batch(step):
-            rows = sequence_reversal(
-                options["batch_size"], seed * 1_000_003 + step, lengths_by_step[step], lengths_by_step[step]
-            )
-            source, target = encode(rows)
+            length = lengths_by_step[step]
+            source, target = encode(sequence_reversal(s.batch_size, s.seed * 1_000_003 + step, length, length))
             return {"input_ids": source, "labels": target}
 
-        warmup = min(200, options["steps"] // 10 + 1)
-        trained = train(model, batch, options["steps"], PEAK_LR[design], warmup=warmup, min_lr_rate=0.1)
+        warmup = min(200, s.steps // 10 + 1)
+        trained = train(model, batch, s.steps, PEAK_LR[design], warmup=warmup, min_lr_rate=0.1)
         result = {
             "seconds": trained["seconds"],
             "final_loss": trained["final_loss"],
             "lr": PEAK_LR[design],
-            "parameters": count_parameters(model),
-            "scores": evaluate(model, lengths, options["examples"]),
+            "parameters": total_parameters(model),
+            "scores": evaluate(model, lengths, s.examples),
         }
-        if design == "additive" and options.get("alignment_path"):
-            result["anti_diagonal_weight"] = alignment_figure(model, Path(options["alignment_path"]))
+        if design == "additive" and alignment_path:
+            result["anti_diagonal_weight"] = alignment_figure(model, Path(alignment_path))
     return result
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    lengths = tuple(range(10, o["max_length"] + 1, 10)) or (o["max_length"],)
+    lengths = tuple(range(10, s.max_length + 1, 10)) or (s.max_length,)
     if quick:
-        lengths = (4, o["max_length"])
-    seeds = checked_seeds(o)
-    runs = run_all(o, folder, lengths, seeds)
-    designs = {d: summarize({s: runs[d, s] for s in seeds}, lengths) for d in DESIGNS}
+        lengths = (4, s.max_length)
+    runs = run_all(s, folder, lengths)
+    designs = {d: summarize({seed: runs[d, seed] for seed in s.seeds}, lengths) for d in DESIGNS}
     typical = designs["additive"]["median_seed"]
     shutil.copyfile(folder / f"alignment_seed{typical}.png", folder / "alignment.png")
     designs["additive"]["anti_diagonal_weight"] = designs["additive"]["runs"][typical]["anti_diagonal_weight"]
 
     plots = [plot(designs, folder / "exact_match.png"), "alignment.png"]
     results = {
-        "options": {"quick": quick, **o},
+        "options": settings_record(s, base, quick),
         "lengths": list(lengths),
         "designs": designs,
         "claims": claims(designs, lengths),
     }
-    return finish(NAME, TITLE, folder, results, report(o, designs, lengths, seeds), started, plots)
+    return finish(NAME, TITLE, folder, results, report(s, designs, lengths), started, plots)
 
 
-def checked_seeds(o: dict) -> tuple[int, ...]:
-    """The initialisation seeds, once `seeds` and `curriculum` are checked."""
-    seeds = tuple(o["seeds"])
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(x, int) for x in seeds):
-        raise ValueError(f"{NAME}.run: seeds must be distinct integers, at least one; got {o['seeds']!r}.")
-    if not 0 <= o["curriculum"] <= 1:
-        raise ValueError(f"{NAME}.run: curriculum must be a fraction of the steps in [0, 1], got {o['curriculum']!r}.")
-    return seeds
-
-
-def run_all(o: dict, folder: Path, lengths, seeds) -> dict:
+def run_all(s: Settings, folder: Path, lengths) -> dict:
     """{(design, seed): run_design's result} for every design and initialisation, in `jobs` processes (each on one
     thread) when jobs > 1; each additive run draws its alignment into `folder`."""
-    jobs = [(d, seed) for d in ("additive", "transformer", "classic") for seed in seeds]  # the longest first
+    jobs = [(d, seed) for d in ("additive", "transformer", "classic") for seed in s.seeds]  # the longest first
 
-    def options_for(design, seed):
-        return dict(o, alignment_path=str(folder / f"alignment_seed{seed}.png")) if design == "additive" else o
+    def arguments(design, seed):
+        path = str(folder / f"alignment_seed{seed}.png") if design == "additive" else None
+        return design, s, lengths, seed, path
 
-    if o["jobs"] <= 1:
-        return {(d, s): run_design(d, options_for(d, s), lengths, s) for d, s in jobs}
+    if s.jobs <= 1:
+        return {(d, seed): run_design(*arguments(d, seed)) for d, seed in jobs}
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(o["jobs"], mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {(d, s): pool.submit(run_design, d, options_for(d, s), lengths, s) for d, s in jobs}
+    with ProcessPoolExecutor(s.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {(d, seed): pool.submit(run_design, *arguments(d, seed)) for d, seed in jobs}
         return {key: f.result() for key, f in futures.items()}
 
 
-def report(o: dict, designs: dict, lengths, seeds) -> str:
+def report(s: Settings, designs: dict, lengths) -> str:
     """The Markdown body: the setup, the median exact match and token accuracy per design, and every run."""
     return "\n\n".join(
         [
             prose(__doc__),
-            f"{o['steps']} steps on batches of {o['batch_size']} sequences of {o['min_length']}-{o['max_length']} "
-            f"letters (the longest allowed grows from {o['min_length'] + 5} over the first {o['curriculum']:.0%} of "
-            f"the steps); {o['examples']} test sequences per length. Each design is trained from {len(seeds)} "
-            f"initialisations (seeds {', '.join(map(str, seeds))}) on the same batches; the first tables give the "
+            f"{s.steps} steps on batches of {s.batch_size} sequences of {s.min_length}-{s.max_length} "
+            f"letters (the longest allowed grows from {s.min_length + 5} over the first {s.curriculum:.0%} of "
+            f"the steps); {s.examples} test sequences per length. Each design is trained from {len(s.seeds)} "
+            f"initialisations (seeds {', '.join(map(str, s.seeds))}) on the same batches; the first tables give the "
             "median over them, the last one every run.",
             markdown_table(
                 ["design", "parameters", "peak lr", "train s", "final loss", *(f"exact @ {n}" for n in lengths)],

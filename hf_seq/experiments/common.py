@@ -1,11 +1,15 @@
 """What every experiment shares: writing results.md / results.json, claims, figures, a small training loop, threads,
 and the language-model metrics (the same computation the training loop and `hf-seq evaluate` report)."""
 
+import dataclasses
 import json
 import math
 import os
 import platform
+import shlex
 import time
+import types
+import typing
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +17,7 @@ from pathlib import Path
 import torch
 from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
 
+from hf_seq.errors import InvalidValueError
 from hf_seq.evaluation.metrics import lm_metrics, token_byte_lengths  # noqa: F401  (the figures every experiment reports)
 
 
@@ -98,7 +103,9 @@ def train(
     return {"losses": losses, "final_loss": sum(tail) / len(tail), "seconds": time.perf_counter() - start}
 
 
-def count_parameters(model) -> int:
+def total_parameters(model) -> int:
+    """Every weight of `model`, embeddings included (the study runner's `count_parameters` also gives the
+    non-embedding count)."""
     return sum(p.numel() for p in model.parameters())
 
 
@@ -109,7 +116,7 @@ def matched_width(build: Callable[[int], torch.nn.Module], budget: int, step: in
     best, best_gap = step, float("inf")
     for width in range(step, widest + 1, step):
         with torch.device("meta"):
-            count = count_parameters(build(width))
+            count = total_parameters(build(width))
         if abs(count - budget) < best_gap:
             best, best_gap = width, abs(count - budget)
         if count > budget:
@@ -183,8 +190,12 @@ def finish(name: str, title: str, output_dir: Path, results: dict, body: str, st
         "machine": machine(),
         "plots": plots,
     }
-    quick = " --quick" if results.get("options", {}).get("quick") else ""
-    results["command"] = f"hf-seq experiment {name}{quick}"
+    options, command = results.get("options", {}), f"hf-seq experiment {name}"
+    if options.get("quick"):
+        command += " --quick"
+    if options.get("set"):
+        command += " --set " + " ".join(map(shlex.quote, options["set"]))
+    results["command"] = command
     text = "\n\n".join(
         [
             f"# {title}",
@@ -229,12 +240,90 @@ def output_folder(output_dir, name: str) -> Path:
     return path
 
 
-def check_options(name: str, options: dict, allowed: dict) -> dict:
-    """`allowed` holds each option's default; an unknown option is an error naming the allowed ones."""
-    unknown = sorted(set(options) - set(allowed))
+# ---------------------------------------------------------------------------------------------- settings
+def chosen_settings(name: str, base, overrides: Iterable[str] = (), changes: dict | None = None):
+    """`base` (an experiment's frozen `Settings`, the default or the quick one) with `overrides` (`KEY=VALUE`
+    strings, as `--set` gives them) and then `changes` (keyword values) applied. Each key must be a setting and each
+    value of its type; a string is read as that type (`steps=100`, `seeds=0,1`, `threads=none`). An error names the
+    key, the value and what is allowed."""
+    values = {}
+    for item in (overrides,) if isinstance(overrides, str) else overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidValueError(f"{name}: --set {item!r} is not KEY=VALUE (e.g. steps=100)")
+        values[key.strip()] = value  # as given: a text setting may end in spaces or a newline
+    values |= changes or {}
+    hints, checked = typing.get_type_hints(type(base)), {}
+    for key, value in values.items():
+        if key not in hints:
+            allowed = ", ".join(f"{k} ({type_name(t)})" for k, t in hints.items())
+            raise InvalidValueError(f"{name}: unknown setting {key}={value!r}; the settings: {allowed}")
+        try:
+            checked[key] = _as_type(value, hints[key])
+        except (ValueError, KeyError):
+            raise InvalidValueError(f"{name}: {key}={value!r}: expected {type_name(hints[key])}") from None
+    return dataclasses.replace(base, **checked)  # a settings class's own checks (__post_init__) run here
+
+
+def check_choices(name: str, key: str, given: tuple, allowed) -> None:
+    """Refuse a tuple setting that holds a value outside `allowed`, naming the setting, the value and the choices."""
+    unknown = [value for value in given if value not in allowed]
     if unknown:
-        raise ValueError(f"{name}.run: unknown option(s) {unknown}; allowed options: {sorted(allowed)}.")
-    return {**allowed, **options}
+        raise InvalidValueError(
+            f"{name}: {key}={','.join(map(str, given))}: unknown {unknown}; allowed: {list(allowed)}"
+        )
+
+
+def settings_record(s, base, quick: bool) -> dict:
+    """results.json's "options": the mode, every setting, and `set`: the settings changed from the mode's, as `--set`
+    takes them (so that the command written in results.md runs again)."""
+    changed = [
+        f"{f.name}={_as_text(getattr(s, f.name))}"
+        for f in dataclasses.fields(s)
+        if getattr(s, f.name) != getattr(base, f.name)
+    ]
+    return {"quick": quick, "set": changed, **dataclasses.asdict(s)}
+
+
+def type_name(annotation) -> str:
+    """int, float, str, bool, `int or none`, `comma-separated int`: a setting's type as the command line takes it."""
+    options = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join([*(type_name(a) for a in options), "none"])
+    if typing.get_origin(annotation) is tuple:
+        return f"comma-separated {type_name(options[0])}"
+    return annotation.__name__
+
+
+def _as_type(value, annotation):
+    """`value` as `annotation` (int, float, str, bool, X | None, tuple[X, ...]), a string read as that type; a
+    ValueError (or KeyError) where it is not one."""
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        (annotation,) = [a for a in arguments if a is not type(None)]
+        return _as_type(value, annotation)
+    if origin is tuple:
+        items = value.strip("[]() ").split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ValueError(value)
+        return tuple(_as_type(item.strip() if isinstance(item, str) else item, arguments[0]) for item in items)
+    if isinstance(value, str) and annotation is not str:
+        readers = {bool: lambda text: {"true": True, "false": False}[text.lower()], int: int, float: float}
+        value = readers[annotation](value)
+    if annotation is float and type(value) is int:
+        value = float(value)
+    if type(value) is not annotation:
+        raise ValueError(value)
+    return value
+
+
+def _as_text(value) -> str:
+    """A setting's value as `--set` reads it back."""
+    if isinstance(value, tuple):
+        return ",".join(map(_as_text, value))
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # Synthetic letter tasks (hf_seq.data.sequence_reversal) read one token per letter; ids of the special tokens first.

@@ -10,15 +10,15 @@ temperature 1), and the output length, next to the same figures for the text tha
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from hf_seq import GPTConfig, GPTForCausalLM
 
 from .common import (
-    check_options,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     lm_metrics,
@@ -26,9 +26,11 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     stdlib_tokenizer_and_blocks,
     token_byte_lengths,
     torch_threads,
+    total_parameters,
     train,
 )
 
@@ -47,24 +49,32 @@ STRATEGIES = {  # label -> generate() arguments
     "top-p 0.9": dict(do_sample=True, temperature=1.0, top_k=0, top_p=0.9),
     "top-p 0.95": dict(do_sample=True, temperature=1.0, top_k=0, top_p=0.95),
 }
-DEFAULTS = dict(
-    context=64,
-    hidden_size=128,
-    layers=2,
-    heads=4,
-    vocab_size=2048,
-    steps=600,
-    batch_size=16,
-    learning_rate=2e-3,
-    train_chars=2_000_000,
-    heldout_chars=200_000,
-    prompts=24,
-    prompt_tokens=16,
-    new_tokens=48,
-    seed=0,
-    threads=1,  # two threads stall at every barrier when the cores are shared; one is steadier
-)
-QUICK = dict(
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The GPT (`layers` x `heads`, width `hidden_size`, blocks of `context` tokens) and its byte-level BPE of
+    `vocab_size` tokens trained on the first `train_chars` characters; `steps` AdamW steps on batches of `batch_size`
+    blocks; `prompts` held-out prompts of `prompt_tokens` tokens, each continued by up to `new_tokens`."""
+
+    context: int = 64
+    hidden_size: int = 128
+    layers: int = 2
+    heads: int = 4
+    vocab_size: int = 2048
+    steps: int = 600
+    batch_size: int = 16
+    learning_rate: float = 2e-3
+    train_chars: int = 2_000_000
+    heldout_chars: int = 200_000
+    prompts: int = 24
+    prompt_tokens: int = 16
+    new_tokens: int = 48
+    seed: int = 0
+    threads: int | None = 1  # two threads stall at every barrier when the cores are shared; one is steadier
+
+
+QUICK = Settings(
     context=32,
     hidden_size=32,
     layers=1,
@@ -79,14 +89,14 @@ QUICK = dict(
 )
 
 
-def make_model(o: dict, tokenizer) -> GPTForCausalLM:
-    torch.manual_seed(o["seed"])
+def make_model(s: Settings, tokenizer) -> GPTForCausalLM:
+    torch.manual_seed(s.seed)
     config = GPTConfig(
         vocab_size=len(tokenizer),
-        hidden_size=o["hidden_size"],
-        num_hidden_layers=o["layers"],
-        num_attention_heads=o["heads"],
-        max_position_embeddings=o["context"],
+        hidden_size=s.hidden_size,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        max_position_embeddings=s.context,
         embedding_dropout=0.0,
         attention_dropout=0.0,
         hidden_dropout=0.0,
@@ -146,16 +156,18 @@ def own_perplexity(model, prompts: torch.Tensor, outputs: list[list[int]], byte_
     return lm_metrics(nll, tokens, num_bytes, prefix="output")
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
     tokenizer, train_blocks, heldout = stdlib_tokenizer_and_blocks(
-        o["vocab_size"], o["train_chars"], o["heldout_chars"], o["context"]
+        s.vocab_size, s.train_chars, s.heldout_chars, s.context
     )
-    prompts, references = held_out_prompts(heldout, o, tokenizer.eos_token_id)
-    with torch_threads(o["threads"]):
-        model, trained = train_model(o, tokenizer, train_blocks)
-        outputs = decode(model, prompts, o, tokenizer) | {"held-out text": references}
+    prompts, references = held_out_prompts(heldout, s, tokenizer.eos_token_id)
+    with torch_threads(s.threads):
+        model, trained = train_model(s, tokenizer, train_blocks)
+        outputs = decode(model, prompts, s, tokenizer) | {"held-out text": references}
         byte_lengths = token_byte_lengths(tokenizer)
         figures = {
             label: measure(model, prompts, outs, byte_lengths, tokenizer.eos_token_id)
@@ -164,12 +176,12 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
 
     greedy_equals_beam1 = outputs["greedy (argmax loop)"] == outputs["beam 1"]
     plots = [plot(figures, folder / "diversity_vs_perplexity.png")]
-    body = report(o, tokenizer, model, trained, prompts, outputs, figures, greedy_equals_beam1)
+    body = report(s, tokenizer, model, trained, prompts, outputs, figures, greedy_equals_beam1)
     samples = {
         label: [tokenizer.decode(x, skip_special_tokens=True) for x in outs[:3]] for label, outs in outputs.items()
     }
     results = {
-        "options": {"quick": quick, **o},
+        "options": settings_record(s, base, quick),
         "greedy_equals_beam1": greedy_equals_beam1,
         "final_train_loss": trained["final_loss"],
         "train_seconds": round(trained["seconds"], 1),
@@ -180,42 +192,42 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
     return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
-def held_out_prompts(heldout: torch.Tensor, o: dict, eos: int) -> tuple[torch.Tensor, list[list[int]]]:
+def held_out_prompts(heldout: torch.Tensor, s: Settings, eos: int) -> tuple[torch.Tensor, list[list[int]]]:
     """`prompts` prompts of `prompt_tokens` tokens spread over the held-out text, (prompts, prompt_tokens), and the
     `new_tokens` that really followed each (up to the first EOS)."""
-    span = o["prompt_tokens"] + o["new_tokens"]
+    span = s.prompt_tokens + s.new_tokens
     stream = heldout.flatten()
-    starts = torch.linspace(0, len(stream) - span - 1, o["prompts"]).long()
-    prompts = torch.stack([stream[s : s + o["prompt_tokens"]] for s in starts])
-    references = [until_eos(stream[s + o["prompt_tokens"] : s + span].tolist(), eos, None) for s in starts]
+    starts = torch.linspace(0, len(stream) - span - 1, s.prompts).long()
+    prompts = torch.stack([stream[start : start + s.prompt_tokens] for start in starts])
+    references = [until_eos(stream[start + s.prompt_tokens : start + span].tolist(), eos, None) for start in starts]
     return prompts, references
 
 
-def train_model(o: dict, tokenizer, train_blocks: torch.Tensor) -> tuple[GPTForCausalLM, dict]:
-    generator = torch.Generator().manual_seed(o["seed"])
-    order = torch.randint(len(train_blocks), (o["steps"], o["batch_size"]), generator=generator)
-    model = make_model(o, tokenizer)
+def train_model(s: Settings, tokenizer, train_blocks: torch.Tensor) -> tuple[GPTForCausalLM, dict]:
+    generator = torch.Generator().manual_seed(s.seed)
+    order = torch.randint(len(train_blocks), (s.steps, s.batch_size), generator=generator)
+    model = make_model(s, tokenizer)
     trained = train(
         model,
         lambda step: {"input_ids": train_blocks[order[step]], "labels": train_blocks[order[step]]},
-        o["steps"],
-        o["learning_rate"],
+        s.steps,
+        s.learning_rate,
         weight_decay=0.1,
     )
     return model, trained
 
 
-def decode(model, prompts: torch.Tensor, o: dict, tokenizer) -> dict[str, list[list[int]]]:
+def decode(model, prompts: torch.Tensor, s: Settings, tokenizer) -> dict[str, list[list[int]]]:
     """Strategy label -> the tokens it wrote after each prompt: the argmax loop, then every STRATEGIES entry through
     generate(), each sampling from the same seed."""
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    outputs = {"greedy (argmax loop)": greedy(model, prompts, o["new_tokens"], eos)}
+    outputs = {"greedy (argmax loop)": greedy(model, prompts, s.new_tokens, eos)}
     for label, kwargs in STRATEGIES.items():
-        torch.manual_seed(o["seed"])
+        torch.manual_seed(s.seed)
         generated = model.generate(
-            input_ids=prompts, max_new_tokens=o["new_tokens"], eos_token_id=eos, pad_token_id=pad, **kwargs
+            input_ids=prompts, max_new_tokens=s.new_tokens, eos_token_id=eos, pad_token_id=pad, **kwargs
         )
-        outputs[label] = [until_eos(row[o["prompt_tokens"] :].tolist(), eos, pad) for row in generated]
+        outputs[label] = [until_eos(row[s.prompt_tokens :].tolist(), eos, pad) for row in generated]
     return outputs
 
 
@@ -236,7 +248,7 @@ def show(tokenizer, ids: list[int]) -> str:
     return text[:90] + ("…" if len(text) > 90 else "")
 
 
-def report(o, tokenizer, model, trained, prompts, outputs, figures, greedy_equals_beam1: bool) -> str:
+def report(s: Settings, tokenizer, model, trained, prompts, outputs, figures, greedy_equals_beam1: bool) -> str:
     """The Markdown body: the setup, the strategies' figures, and the first prompt's continuations."""
     header = [
         "strategy",
@@ -256,11 +268,11 @@ def report(o, tokenizer, model, trained, prompts, outputs, figures, greedy_equal
     return "\n\n".join(
         [
             prose(__doc__),
-            f"The model: GPT, {o['layers']} layers, width {o['hidden_size']}, {count_parameters(model):,} weights, "
-            f"byte-level BPE of {len(tokenizer)} tokens, {o['steps']} AdamW steps on blocks of {o['context']} tokens "
-            f"(final training loss {trained['final_loss']:.2f} nats/token). {o['prompts']} prompts of "
-            f"{o['prompt_tokens']} held-out tokens, up to {o['new_tokens']} new tokens each; sampling seeded with "
-            f"{o['seed']} for every strategy. `greedy (argmax loop)` equals `generate(num_beams=1)`: "
+            f"The model: GPT, {s.layers} layers, width {s.hidden_size}, {total_parameters(model):,} weights, "
+            f"byte-level BPE of {len(tokenizer)} tokens, {s.steps} AdamW steps on blocks of {s.context} tokens "
+            f"(final training loss {trained['final_loss']:.2f} nats/token). {s.prompts} prompts of "
+            f"{s.prompt_tokens} held-out tokens, up to {s.new_tokens} new tokens each; sampling seeded with "
+            f"{s.seed} for every strategy. `greedy (argmax loop)` equals `generate(num_beams=1)`: "
             f"{'yes' if greedy_equals_beam1 else 'NO'}.",
             markdown_table(header, rows),
             f"The first prompt, `{show(tokenizer, prompts[0].tolist())}`, continued:",

@@ -14,6 +14,7 @@ error rate at every output position twice: decoding freely (greedy, reading its 
 
 import random
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -26,9 +27,9 @@ from .common import (
     EOS,
     LETTER_VOCAB_SIZE,
     PAD,
-    check_options,
+    check_choices,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     letter_ids,
@@ -36,52 +37,61 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     torch_threads,
+    total_parameters,
     train,
 )
 
 NAME = "exposure_bias"
 TITLE = "Exposure bias: error rate against output position, teacher forcing vs scheduled sampling"
-DEFAULTS = dict(
-    steps=800,
-    batch_size=48,
-    learning_rate=3e-3,
-    min_length=5,
-    train_length=25,
-    length=25,
-    examples=200,
-    hidden_size=48,
-    decays=("inverse_sigmoid", "linear"),
-    seed=0,
-    threads=1,
-)
-QUICK = dict(steps=20, batch_size=8, train_length=8, length=8, examples=16, hidden_size=16)
+DECAYS = ("inverse_sigmoid", "linear", "exponential")  # Bengio et al. (2015), section 2.4
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The model's width `hidden_size`; `steps` AdamW steps on batches of `batch_size` reversals of
+    `min_length`-`train_length` letters, for teacher forcing and for scheduled sampling with each of `decays`; test:
+    `examples` unseen reversals of `length` letters."""
+
+    steps: int = 800
+    batch_size: int = 48
+    learning_rate: float = 3e-3
+    min_length: int = 5
+    train_length: int = 25
+    length: int = 25
+    examples: int = 200
+    hidden_size: int = 48
+    decays: tuple[str, ...] = ("inverse_sigmoid", "linear")
+    seed: int = 0
+    threads: int | None = 1  # None: torch's default
+
+    def __post_init__(self):
+        check_choices(NAME, "decays", self.decays, DECAYS)
+
+
+QUICK = Settings(steps=20, batch_size=8, train_length=8, length=8, examples=16, hidden_size=16)
 # A difference in error rate counts only above this: at the default test size (200 sequences, 5,200 tokens) one
 # error moves a rate by 0.0002, and a run where every regime has learned the task (3000 steps: 2 errors in 5,200
 # tokens for teacher forcing, none for scheduled sampling) must not read as evidence either way.
 MIN_EFFECT = 0.01
 
 
-def regimes(o: dict) -> dict:
+def regimes(s: Settings) -> dict:
     """label -> step -> the probability of reading the model's own token. The decays end near 1/2, as the paper's
     curves reach that region after most of training: k = steps / 5 for the inverse sigmoid, a line from 1 to 1/2."""
-    steps = o["steps"]
+    steps = s.steps
     schedules = {
         "inverse_sigmoid": lambda i: scheduled_sampling_probability(i, "inverse_sigmoid", k=max(1.0, steps / 5)),
         "linear": lambda i: scheduled_sampling_probability(i, "linear", k=1.0, c=0.5 / steps, minimum=0.5),
         "exponential": lambda i: scheduled_sampling_probability(i, "exponential", k=0.5 ** (1 / steps)),
     }
-    unknown = set(o["decays"]) - set(schedules)
-    if unknown:
-        raise ValueError(
-            f"exposure_bias: decays={list(o['decays'])} holds unknown decays; allowed: {sorted(schedules)}."
-        )
-    return {"teacher forcing": lambda i: 0.0} | {f"scheduled sampling ({d})": schedules[d] for d in o["decays"]}
+    return {"teacher forcing": lambda i: 0.0} | {f"scheduled sampling ({d})": schedules[d] for d in s.decays}
 
 
-def make_model(o: dict) -> BahdanauForConditionalGeneration:
-    torch.manual_seed(o["seed"])
-    h = o["hidden_size"]
+def make_model(s: Settings) -> BahdanauForConditionalGeneration:
+    torch.manual_seed(s.seed)
+    h = s.hidden_size
     config = BahdanauConfig(
         vocab_size=LETTER_VOCAB_SIZE,
         embedding_size=32,
@@ -126,37 +136,39 @@ def errors_by_position(model, length: int, examples: int) -> dict[str, list[floa
     }
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    rng = random.Random(o["seed"])
-    lengths = [rng.randint(o["min_length"], o["train_length"]) for _ in range(o["steps"])]
+    rng = random.Random(s.seed)
+    lengths = [rng.randint(s.min_length, s.train_length) for _ in range(s.steps)]
 
     def batch(step):
-        rows = sequence_reversal(o["batch_size"], o["seed"] * 100_003 + step, lengths[step], lengths[step])
+        rows = sequence_reversal(s.batch_size, s.seed * 100_003 + step, lengths[step], lengths[step])
         source, target = encode(rows)
         return {"input_ids": source, "labels": target}
 
-    with torch_threads(o["threads"]):
-        models = {label: train_regime(probability, o, batch) for label, probability in regimes(o).items()}
+    with torch_threads(s.threads):
+        models = {label: train_regime(probability, s, batch) for label, probability in regimes(s).items()}
 
-    plots = [plot(models, folder / "error_by_position.png", o)]
-    results = {"options": {"quick": quick, **o}, "models": models, "claims": exposure_claims(models)}
-    return finish(NAME, TITLE, folder, results, report(o, models), started, plots)
+    plots = [plot(models, folder / "error_by_position.png", s)]
+    results = {"options": settings_record(s, base, quick), "models": models, "claims": exposure_claims(models)}
+    return finish(NAME, TITLE, folder, results, report(s, models), started, plots)
 
 
-def train_regime(probability, o: dict, batch) -> dict:
+def train_regime(probability, s: Settings, batch) -> dict:
     """Train the model reading its own token with `probability(step)` at each step; its error rates by output position
     (free and teacher-forced) and their gap, the schedule it followed, and its training figures."""
-    model = make_model(o)
+    model = make_model(s)
 
     def follow_schedule(step):
         model.config.scheduled_sampling = probability(step)
 
-    trained = train(model, batch, o["steps"], o["learning_rate"], before_step=follow_schedule)
+    trained = train(model, batch, s.steps, s.learning_rate, before_step=follow_schedule)
     final_probability = model.config.scheduled_sampling
     model.config.scheduled_sampling = 0.0  # evaluation reads no samples either way; keep the config clean
-    errors = errors_by_position(model, o["length"], o["examples"])
+    errors = errors_by_position(model, s.length, s.examples)
     gap = [f - t for f, t in zip(errors["free"], errors["forced"])]
     return errors | {
         "gap": gap,
@@ -164,14 +176,14 @@ def train_regime(probability, o: dict, batch) -> dict:
         "mean_forced": sum(errors["forced"]) / len(gap),
         "mean_gap": sum(gap) / len(gap),
         "final_sampling_probability": final_probability,
-        "schedule": [round(probability(i), 4) for i in range(0, o["steps"], max(1, o["steps"] // 50))],
+        "schedule": [round(probability(i), 4) for i in range(0, s.steps, max(1, s.steps // 50))],
         "train_seconds": round(trained["seconds"], 1),
         "final_train_loss": trained["final_loss"],
-        "parameters": count_parameters(model),
+        "parameters": total_parameters(model),
     }
 
 
-def report(o: dict, models: dict) -> str:
+def report(s: Settings, models: dict) -> str:
     """The Markdown body: the setup, and each regime's error rates, free and teacher-forced."""
     positions = len(next(iter(models.values()))["free"])
     shown = sorted({1, *range(5, positions + 1, 5), positions})
@@ -179,9 +191,9 @@ def report(o: dict, models: dict) -> str:
         [
             prose(__doc__),
             f"GRU encoder-decoder with additive attention ({next(iter(models.values()))['parameters']:,} weights, "
-            f"{o['hidden_size']} units); {o['steps']} AdamW steps (peak {o['learning_rate']}, cosine decay) on batches "
-            f"of {o['batch_size']} reversals of {o['min_length']}-{o['train_length']} letters, the same batches for "
-            f"every regime; test: {o['examples']} unseen reversals of {o['length']} letters (position "
+            f"{s.hidden_size} units); {s.steps} AdamW steps (peak {s.learning_rate}, cosine decay) on batches "
+            f"of {s.batch_size} reversals of {s.min_length}-{s.train_length} letters, the same batches for "
+            f"every regime; test: {s.examples} unseen reversals of {s.length} letters (position "
             f"{positions} is EOS). The claims count a difference in error rate only above {MIN_EFFECT}: below it, a "
             "few errors among thousands of tokens decide, or every regime has learned the task.",
             markdown_table(
@@ -247,11 +259,11 @@ def exposure_claims(models: dict) -> list[dict]:
     return claims
 
 
-def plot(models: dict, path, o) -> str:
+def plot(models: dict, path, s: Settings) -> str:
     fig = figure(13, 4)
     axes = fig.add_subplot(1, 3, 1)
     for label, m in models.items():
-        steps = range(0, o["steps"], max(1, o["steps"] // 50))
+        steps = range(0, s.steps, max(1, s.steps // 50))
         axes.plot(list(steps), m["schedule"], label=label)
     axes.set_xlabel("training step")
     axes.set_ylabel("P(read the model's own token)")

@@ -20,11 +20,13 @@ at the end), followed by the answer: the token at p + 1. The loss and the accura
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from .common import (
-    check_options,
+    check_choices,
+    chosen_settings,
     claim,
     figure,
     finish,
@@ -32,6 +34,7 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     torch_threads,
 )
 from .selective_copying import MEMBERS as COPYING_MEMBERS
@@ -50,19 +53,29 @@ MEMBERS = {
     "LSTM": COPYING_MEMBERS["LSTM"],
     "WaveNet": COPYING_MEMBERS["WaveNet"],
 }
-DEFAULTS = dict(
-    parameters=16_000,
-    train_length=32,
-    vocab_size=16,
-    steps=3000,
-    batch_size=32,
-    learning_rate=1e-2,
-    test_examples=256,  # per length
-    members=tuple(MEMBERS),
-    seed=0,
-    threads=1,
-)
-QUICK = dict(parameters=6000, train_length=8, steps=20, batch_size=8, test_examples=16)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`members` (of MEMBERS), each sized to `parameters` weights and trained for `steps` AdamW steps on batches of
+    `batch_size` sequences of `train_length` tokens; tested on `test_examples` fresh sequences at each scale."""
+
+    parameters: int = 16_000  # the budget every member is sized to
+    train_length: int = 32
+    vocab_size: int = 16
+    steps: int = 3000
+    batch_size: int = 32
+    learning_rate: float = 1e-2
+    test_examples: int = 256  # per length
+    members: tuple[str, ...] = tuple(MEMBERS)
+    seed: int = 0
+    threads: int | None = 1  # None: torch's default
+
+    def __post_init__(self):
+        check_choices(NAME, "members", self.members, MEMBERS)
+
+
+QUICK = Settings(parameters=6000, train_length=8, steps=20, batch_size=8, test_examples=16)
 
 
 def examples(count: int, length: int, vocab_size: int, generator: torch.Generator) -> dict:
@@ -81,17 +94,19 @@ def examples(count: int, length: int, vocab_size: int, generator: torch.Generato
     return {"input_ids": input_ids, "labels": labels}
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    n, longest = o["train_length"], max(SCALES) * o["train_length"] + 1
-    members, missing = available(o["members"], MEMBERS)
+    n, longest = s.train_length, max(SCALES) * s.train_length + 1
+    members, missing = available(s.members, MEMBERS)
     tests = {
-        scale: examples(o["test_examples"], scale * n, o["vocab_size"], torch.Generator().manual_seed(10**9 + scale))
+        scale: examples(s.test_examples, scale * n, s.vocab_size, torch.Generator().manual_seed(10**9 + scale))
         for scale in SCALES
     }
-    generator = torch.Generator().manual_seed(o["seed"])
-    batches = [examples(o["batch_size"], n, o["vocab_size"], generator) for _ in range(o["steps"])]
+    generator = torch.Generator().manual_seed(s.seed)
+    batches = [examples(s.batch_size, n, s.vocab_size, generator) for _ in range(s.steps)]
 
     def score(model) -> dict:
         accuracy = {
@@ -100,36 +115,36 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
         }
         return {"accuracy": accuracy}
 
-    with torch_threads(o["threads"]):
+    with torch_threads(s.threads):
         # the WaveNet's receptive field covers the training sequences; GPT's position limit the longest test
         spans = {name: n + 1 if MEMBERS[name][0] == "conv" else longest for name in members}
-        models = {name: train_member(name, o, spans[name], batches, score, MEMBERS) for name in members}
+        models = {name: train_member(name, s, spans[name], batches, score, MEMBERS) for name in members}
 
-    chance = 1 / (o["vocab_size"] - FIRST_TOKEN)
-    plots = [plot(models, folder / "accuracy_by_length.png", o, chance)]
+    chance = 1 / (s.vocab_size - FIRST_TOKEN)
+    plots = [plot(models, folder / "accuracy_by_length.png", s, chance)]
     results = {
-        "options": {"quick": quick, **o, "members": list(o["members"])},
+        "options": settings_record(s, base, quick),
         "scales": list(SCALES),
         "chance": chance,
         "models": models,
         "missing": missing,
         "claims": claims(models, missing),
     }
-    return finish(NAME, TITLE, folder, results, report(o, models, missing, chance), started, plots)
+    return finish(NAME, TITLE, folder, results, report(s, models, missing, chance), started, plots)
 
 
-def report(o: dict, models: dict, missing: dict, chance: float) -> str:
+def report(s: Settings, models: dict, missing: dict, chance: float) -> str:
     """The Markdown body: the setup, each member's accuracy at every scale, the paper's result, the members left
     out."""
-    n = o["train_length"]
+    n = s.train_length
     body = [
         prose(__doc__),
-        f"This run: trained on sequences of {n} tokens (the paper: 256), tested on {o['test_examples']} fresh "
-        f"sequences at each of {', '.join(f'{s}x' for s in SCALES)} ({', '.join(str(s * n) for s in SCALES)} "
-        f"tokens; the paper: up to 2^20); vocabulary of {o['vocab_size']} ids ({o['vocab_size'] - FIRST_TOKEN} "
-        f"answer symbols, chance {chance:.3f}); budget {o['parameters']:,} weights per member, two layers each; "
-        f"{o['steps']} AdamW steps (peak {o['learning_rate']}, warm-up then cosine decay, clipping at 1) on batches "
-        f"of {o['batch_size']} fresh sequences, the same batches for every member."
+        f"This run: trained on sequences of {n} tokens (the paper: 256), tested on {s.test_examples} fresh "
+        f"sequences at each of {', '.join(f'{scale}x' for scale in SCALES)} ({', '.join(str(scale * n) for scale in SCALES)} "
+        f"tokens; the paper: up to 2^20); vocabulary of {s.vocab_size} ids ({s.vocab_size - FIRST_TOKEN} "
+        f"answer symbols, chance {chance:.3f}); budget {s.parameters:,} weights per member, two layers each; "
+        f"{s.steps} AdamW steps (peak {s.learning_rate}, warm-up then cosine decay, clipping at 1) on batches "
+        f"of {s.batch_size} fresh sequences, the same batches for every member."
         + (
             f" The WaveNet's receptive field: {models['WaveNet']['receptive_field']} tokens."
             if "WaveNet" in models
@@ -137,10 +152,10 @@ def report(o: dict, models: dict, missing: dict, chance: float) -> str:
         ),
         markdown_table(
             ["member", "width", "parameters", "train s", "final train loss"]
-            + [f"accuracy @ {s}x ({s * n})" for s in SCALES],
+            + [f"accuracy @ {scale}x ({scale * n})" for scale in SCALES],
             [
                 [name, m["hidden_size"], f"{m['parameters']:,}", m["train_seconds"], f"{m['final_train_loss']:.3f}"]
-                + [f"{m['accuracy'][s]:.3f}" for s in SCALES]
+                + [f"{m['accuracy'][scale]:.3f}" for scale in SCALES]
                 for name, m in models.items()
             ],
         ),
@@ -188,17 +203,19 @@ def claims(models: dict, missing: dict) -> list[dict]:
     ]
 
 
-def plot(models: dict, path, o, chance: float) -> str:
+def plot(models: dict, path, s: Settings, chance: float) -> str:
     fig = figure(11, 4.2)
     accuracy, curves = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for name, m in models.items():
-        accuracy.plot([s * o["train_length"] for s in m["accuracy"]], list(m["accuracy"].values()), "o-", label=name)
+        accuracy.plot(
+            [scale * s.train_length for scale in m["accuracy"]], list(m["accuracy"].values()), "o-", label=name
+        )
         curves.plot(list(m["loss_curve"]), list(m["loss_curve"].values()), label=name)
-    lengths = [s * o["train_length"] for s in SCALES]
+    lengths = [scale * s.train_length for scale in SCALES]
     accuracy.set_xscale("log", base=2)
     accuracy.set_xticks(lengths, [str(n) for n in lengths])
-    accuracy.axvline(o["train_length"], color="gray", linestyle="--", linewidth=1)
-    accuracy.text(o["train_length"], 0.5, " trained length", color="gray", fontsize=8)
+    accuracy.axvline(s.train_length, color="gray", linestyle="--", linewidth=1)
+    accuracy.text(s.train_length, 0.5, " trained length", color="gray", fontsize=8)
     accuracy.axhline(chance, color="black", linewidth=0.8, linestyle=":")
     accuracy.set_xlabel("test sequence length (tokens)")
     accuracy.set_ylabel("accuracy on the answer")
@@ -208,5 +225,5 @@ def plot(models: dict, path, o, chance: float) -> str:
     curves.set_xlabel("training step")
     curves.set_ylabel("training loss on the answer (running mean)")
     curves.grid(alpha=0.3)
-    fig.suptitle(f"Induction heads: trained at {o['train_length']} tokens, models of {o['parameters']:,} weights")
+    fig.suptitle(f"Induction heads: trained at {s.train_length} tokens, models of {s.parameters:,} weights")
     return save_figure(fig, path)

@@ -11,6 +11,7 @@ so length alone does not answer; counting each bracket type does) and tested on 
 
 import random
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -18,9 +19,8 @@ from hf_seq import GPTConfig, GPTForSequenceClassification, RNNConfig, RNNForSeq
 from hf_seq.data.corpora import parentheses_classification
 
 from .common import (
-    check_options,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     markdown_table,
@@ -28,7 +28,9 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     torch_threads,
+    total_parameters,
     train,
 )
 
@@ -43,21 +45,27 @@ MODELS = {  # label -> (family, flags)
     "LSTM": ("rnn", dict(cell_type="lstm")),
     "GPT": ("gpt", dict(num_hidden_layers=2, num_attention_heads=4, position_embedding_type="rope")),
 }
-DEFAULTS = dict(
-    parameters=20_000,  # the budget every model is sized to
-    steps=2000,
-    batch_size=64,
-    learning_rate=3e-3,
-    gpt_learning_rate=1e-3,
-    train_length=20,
-    test_length=60,
-    test_examples=200,  # per length
-    seed=0,
-    threads=1,
-)
 MIN_STRINGS_PER_DEPTH = 20  # fewer make a noisy point
 
-QUICK = dict(parameters=7000, steps=30, batch_size=16, train_length=8, test_length=16, test_examples=16)
+
+@dataclass(frozen=True)
+class Settings:
+    """Every model sized to `parameters` weights, trained for `steps` AdamW steps on batches of `batch_size` strings
+    of up to `train_length` brackets, tested on `test_examples` strings of each even length up to `test_length`."""
+
+    parameters: int = 20_000
+    steps: int = 2000
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    gpt_learning_rate: float = 1e-3
+    train_length: int = 20
+    test_length: int = 60
+    test_examples: int = 200  # per length
+    seed: int = 0
+    threads: int | None = 1  # None: torch's default
+
+
+QUICK = Settings(parameters=7000, steps=30, batch_size=16, train_length=8, test_length=16, test_examples=16)
 
 
 def build(name: str, hidden_size: int, max_positions: int):
@@ -101,11 +109,11 @@ def depth(text: str) -> int:
     return deepest
 
 
-def test_set(o: dict) -> list[dict]:
+def test_set(s: Settings) -> list[dict]:
     """`test_examples` fresh strings of every even length up to test_length (seeds no training batch uses)."""
     rows = []
-    for length in range(2, o["test_length"] + 1, 2):
-        for r in parentheses_classification(o["test_examples"], 10**9 + length, min_length=length, max_length=length):
+    for length in range(2, s.test_length + 1, 2):
+        for r in parentheses_classification(s.test_examples, 10**9 + length, min_length=length, max_length=length):
             rows.append(r | {"length": length, "depth": depth(r["text"])})
     return rows
 
@@ -127,50 +135,52 @@ def accuracy_by(rows: list[dict], correct: list[bool], key: str) -> dict[int, fl
     return {k: sum(v) / len(v) for k, v in sorted(groups.items())}
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    rows = sorted(test_set(o), key=lambda r: r["length"])
-    with torch_threads(o["threads"]):
-        models = {name: train_and_test(name, o, rows) for name in MODELS}
+    rows = sorted(test_set(s), key=lambda r: r["length"])
+    with torch_threads(s.threads):
+        models = {name: train_and_test(name, s, rows) for name in MODELS}
 
     depth_counts: dict[int, int] = {}
     for r in rows:
         depth_counts[r["depth"]] = depth_counts.get(r["depth"], 0) + 1
-    trained_depth = max(depth(r["text"]) for r in rows if r["length"] <= o["train_length"])
+    trained_depth = max(depth(r["text"]) for r in rows if r["length"] <= s.train_length)
     depths = sorted(d for d, n in depth_counts.items() if n >= MIN_STRINGS_PER_DEPTH)
-    plots = [plot(models, folder / "accuracy.png", o, set(depths))]
+    plots = [plot(models, folder / "accuracy.png", s, set(depths))]
     results = {
-        "options": {"quick": quick, **o},
+        "options": settings_record(s, base, quick),
         "trained_depth": trained_depth,
         "depth_counts": depth_counts,
         "models": models,
         "claims": claims(models, trained_depth),
     }
-    body = report(o, models, depth_counts, depths, trained_depth)
+    body = report(s, models, depth_counts, depths, trained_depth)
     return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
-def train_and_test(name: str, o: dict, rows: list[dict]) -> dict:
+def train_and_test(name: str, s: Settings, rows: list[dict]) -> dict:
     """Train model `name`, sized to the budget, on strings of up to train_length brackets; score it on `rows`."""
-    rng = random.Random(o["seed"])
-    lengths = [2 * rng.randint(1, o["train_length"] // 2) for _ in range(o["steps"])]
+    rng = random.Random(s.seed)
+    lengths = [2 * rng.randint(1, s.train_length // 2) for _ in range(s.steps)]
 
     def batch(step: int) -> dict:
         length = lengths[step]
-        return encode(parentheses_classification(o["batch_size"], o["seed"] * 100_003 + step, length, length))
+        return encode(parentheses_classification(s.batch_size, s.seed * 100_003 + step, length, length))
 
-    hidden = matched_hidden_size(name, o["parameters"], o["test_length"])
-    torch.manual_seed(o["seed"])
-    model = build(name, hidden, o["test_length"])
-    rate = o["gpt_learning_rate"] if MODELS[name][0] == "gpt" else o["learning_rate"]
-    trained = train(model, batch, o["steps"], rate)
+    hidden = matched_hidden_size(name, s.parameters, s.test_length)
+    torch.manual_seed(s.seed)
+    model = build(name, hidden, s.test_length)
+    rate = s.gpt_learning_rate if MODELS[name][0] == "gpt" else s.learning_rate
+    trained = train(model, batch, s.steps, rate)
     correct = predict(model, rows)
-    seen = [ok for r, ok in zip(rows, correct) if r["length"] <= o["train_length"]]
-    longer = [ok for r, ok in zip(rows, correct) if r["length"] > o["train_length"]]
+    seen = [ok for r, ok in zip(rows, correct) if r["length"] <= s.train_length]
+    longer = [ok for r, ok in zip(rows, correct) if r["length"] > s.train_length]
     return {
         "hidden_size": hidden,
-        "parameters": count_parameters(model),
+        "parameters": total_parameters(model),
         "train_seconds": round(trained["seconds"], 1),
         "final_train_loss": trained["final_loss"],
         "accuracy_trained_lengths": sum(seen) / len(seen),
@@ -180,24 +190,24 @@ def train_and_test(name: str, o: dict, rows: list[dict]) -> dict:
     }
 
 
-def report(o: dict, models: dict, depth_counts: dict[int, int], depths: list[int], trained_depth: int) -> str:
+def report(s: Settings, models: dict, depth_counts: dict[int, int], depths: list[int], trained_depth: int) -> str:
     """The Markdown body: the setup, accuracy against length, and accuracy against nesting depth."""
     lengths_shown = [n for n in sorted(next(iter(models.values()))["by_length"]) if n % 10 == 0 or n == 2]
     return "\n\n".join(
         [
             prose(__doc__),
-            f"Budget {o['parameters']:,} weights per model; one recurrent layer; GPT: 2 layers, 4 heads, RoPE "
-            f"positions. {o['steps']} AdamW steps (peak {o['learning_rate']}, GPT {o['gpt_learning_rate']}; cosine "
-            f"decay) on batches of {o['batch_size']} strings of one even length in 2-{o['train_length']}. Test: "
-            f"{o['test_examples']} fresh strings of every even length up to {o['test_length']}.",
+            f"Budget {s.parameters:,} weights per model; one recurrent layer; GPT: 2 layers, 4 heads, RoPE "
+            f"positions. {s.steps} AdamW steps (peak {s.learning_rate}, GPT {s.gpt_learning_rate}; cosine "
+            f"decay) on batches of {s.batch_size} strings of one even length in 2-{s.train_length}. Test: "
+            f"{s.test_examples} fresh strings of every even length up to {s.test_length}.",
             markdown_table(
                 [
                     "model",
                     "width",
                     "parameters",
                     "train s",
-                    f"accuracy ≤ {o['train_length']}",
-                    f"accuracy {o['train_length'] + 2}-{o['test_length']}",
+                    f"accuracy ≤ {s.train_length}",
+                    f"accuracy {s.train_length + 2}-{s.test_length}",
                 ]
                 + [f"length {n}" for n in lengths_shown],
                 [
@@ -258,7 +268,7 @@ def claims(models: dict, trained_depth: int) -> list[dict]:
     ]
 
 
-def plot(models: dict, path, o, depths: set[int]) -> str:
+def plot(models: dict, path, s: Settings, depths: set[int]) -> str:
     fig = figure(12, 4.2)
     for k, key in enumerate(("by_length", "by_depth")):
         axes = fig.add_subplot(1, 2, k + 1)
@@ -266,8 +276,8 @@ def plot(models: dict, path, o, depths: set[int]) -> str:
             points = [(x, y) for x, y in m[key].items() if key == "by_length" or x in depths]
             axes.plot([x for x, _ in points], [y for _, y in points], "o-", markersize=3, label=name)
         if key == "by_length":
-            axes.axvline(o["train_length"], color="gray", linestyle="--", linewidth=1)
-            axes.text(o["train_length"], 0.02, " longest training string", color="gray", fontsize=8)
+            axes.axvline(s.train_length, color="gray", linestyle="--", linewidth=1)
+            axes.text(s.train_length, 0.02, " longest training string", color="gray", fontsize=8)
         axes.set_xlabel("string length (brackets)" if key == "by_length" else "nesting depth")
         axes.set_ylabel("accuracy")
         axes.set_ylim(0.0, 1.02)

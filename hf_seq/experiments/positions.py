@@ -16,15 +16,15 @@ The held-out loss is the NLL per token (nats, no smoothing) of `hf_seq.evaluatio
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from hf_seq import GPTConfig, GPTForCausalLM
 
 from .common import (
-    check_options,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     lm_metrics,
@@ -32,9 +32,11 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     stdlib_tokenizer_and_blocks,
     token_byte_lengths,
     torch_threads,
+    total_parameters,
     train,
 )
 
@@ -42,22 +44,30 @@ NAME = "positions"
 TITLE = "Position encodings and length: held-out loss at 1x, 2x and 4x the training context"
 KINDS = ("learned", "sinusoidal", "rope", "alibi")
 SCALES = (1, 2, 4)
-DEFAULTS = dict(
-    context=64,
-    hidden_size=96,
-    layers=2,
-    heads=4,
-    vocab_size=1024,
-    steps=400,
-    batch_size=16,
-    learning_rate=2e-3,
-    train_chars=1_500_000,
-    heldout_chars=300_000,
-    heldout_blocks=48,
-    seed=0,
-    threads=1,  # two threads stall at every barrier when the cores are shared; one is steadier
-)
-QUICK = dict(
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Each GPT (`layers` x `heads`, width `hidden_size`) trained for `steps` AdamW steps on batches of `batch_size`
+    blocks of `context` tokens (BPE of `vocab_size` tokens, the first `train_chars` characters); scored on
+    `heldout_blocks` blocks of 4 x `context` tokens from the next `heldout_chars` characters."""
+
+    context: int = 64
+    hidden_size: int = 96
+    layers: int = 2
+    heads: int = 4
+    vocab_size: int = 1024
+    steps: int = 400
+    batch_size: int = 16
+    learning_rate: float = 2e-3
+    train_chars: int = 1_500_000
+    heldout_chars: int = 300_000
+    heldout_blocks: int = 48
+    seed: int = 0
+    threads: int | None = 1  # two threads stall at every barrier when the cores are shared; one is steadier
+
+
+QUICK = Settings(
     context=16,
     hidden_size=32,
     vocab_size=300,
@@ -69,14 +79,14 @@ QUICK = dict(
 )
 
 
-def make_model(kind: str, o: dict, tokenizer) -> GPTForCausalLM:
-    torch.manual_seed(o["seed"])
-    table = o["context"] if kind == "learned" else max(SCALES) * o["context"]  # sinusoidal: a function, no weights
+def make_model(kind: str, s: Settings, tokenizer) -> GPTForCausalLM:
+    torch.manual_seed(s.seed)
+    table = s.context if kind == "learned" else max(SCALES) * s.context  # sinusoidal: a function, no weights
     config = GPTConfig(
         vocab_size=len(tokenizer),
-        hidden_size=o["hidden_size"],
-        num_hidden_layers=o["layers"],
-        num_attention_heads=o["heads"],
+        hidden_size=s.hidden_size,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
         max_position_embeddings=table,
         position_embedding_type=kind,
         embedding_dropout=0.0,
@@ -103,49 +113,51 @@ def score(model, blocks: torch.Tensor, byte_lengths: torch.Tensor, batch_size: i
     return metrics, nll.mean(0).tolist()
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
     tokenizer, train_blocks, heldout = stdlib_tokenizer_and_blocks(
-        o["vocab_size"], o["train_chars"], o["heldout_chars"], o["context"]
+        s.vocab_size, s.train_chars, s.heldout_chars, s.context
     )
-    heldout = _reblock(heldout, max(SCALES) * o["context"])[: o["heldout_blocks"]]
+    heldout = _reblock(heldout, max(SCALES) * s.context)[: s.heldout_blocks]
     byte_lengths = token_byte_lengths(tokenizer)
-    generator = torch.Generator().manual_seed(o["seed"])
-    order = torch.randint(len(train_blocks), (o["steps"], o["batch_size"]), generator=generator)
+    generator = torch.Generator().manual_seed(s.seed)
+    order = torch.randint(len(train_blocks), (s.steps, s.batch_size), generator=generator)
 
     def batch(step):
         ids = train_blocks[order[step]]
         return {"input_ids": ids, "labels": ids}
 
-    with torch_threads(o["threads"]):
-        models = {kind: train_and_score(kind, o, tokenizer, batch, heldout, byte_lengths) for kind in KINDS}
+    with torch_threads(s.threads):
+        models = {kind: train_and_score(kind, s, tokenizer, batch, heldout, byte_lengths) for kind in KINDS}
 
-    gaps = {kind: beyond(models[kind], o["context"]) for kind in KINDS}
-    plots = [plot(models, folder / "loss_by_position.png", o)]
-    body = report(o, models, gaps, len(tokenizer), len(heldout))
-    results = {"options": {"quick": quick, **o}, "models": models, "claims": claims(models, gaps)}
+    gaps = {kind: beyond(models[kind], s.context) for kind in KINDS}
+    plots = [plot(models, folder / "loss_by_position.png", s)]
+    body = report(s, models, gaps, len(tokenizer), len(heldout))
+    results = {"options": settings_record(s, base, quick), "models": models, "claims": claims(models, gaps)}
     for m in models.values():  # the curves are in the plot; the JSON keeps them too, rounded
-        for s in m["scales"].values():
-            if "per_position" in s:
-                s["per_position"] = [round(x, 4) for x in s["per_position"]]
+        for scored in m["scales"].values():
+            if "per_position" in scored:
+                scored["per_position"] = [round(x, 4) for x in scored["per_position"]]
     return finish(NAME, TITLE, folder, results, body, started, plots)
 
 
-def train_and_score(kind: str, o: dict, tokenizer, batch, heldout: torch.Tensor, byte_lengths) -> dict:
+def train_and_score(kind: str, s: Settings, tokenizer, batch, heldout: torch.Tensor, byte_lengths) -> dict:
     """Train the GPT with `kind` positions on `batch(step)`, then score the held-out blocks cut to each scale x the
     context (an error in place of the figures where the model refuses the length)."""
-    model = make_model(kind, o, tokenizer)
-    trained = train(model, batch, o["steps"], o["learning_rate"], weight_decay=0.1)
+    model = make_model(kind, s, tokenizer)
+    trained = train(model, batch, s.steps, s.learning_rate, weight_decay=0.1)
     result = {
-        "parameters": count_parameters(model),
+        "parameters": total_parameters(model),
         "train_seconds": round(trained["seconds"], 1),
         "final_train_loss": trained["final_loss"],
         "scales": {},
     }
     for scale in SCALES:
         try:
-            metrics, per_position = score(model, heldout[:, : scale * o["context"]], byte_lengths)
+            metrics, per_position = score(model, heldout[:, : scale * s.context], byte_lengths)
         except ValueError as error:  # learned positions: no vector past the table
             result["scales"][scale] = {"error": str(error).split(";")[0]}
             continue
@@ -162,15 +174,15 @@ def beyond(model: dict, context: int) -> tuple[float, float]:
     return sum(inside) / len(inside), sum(curve[context - 1 :]) / len(curve[context - 1 :])
 
 
-def report(o: dict, models: dict, gaps: dict, vocab_size: int, heldout_blocks: int) -> str:
+def report(s: Settings, models: dict, gaps: dict, vocab_size: int, heldout_blocks: int) -> str:
     """The Markdown body: the setup, and each model's held-out loss at every scale and past the context."""
     rows = []
     for kind, m in models.items():
         cells = [
-            f"beyond the table (max_position_embeddings = {o['context']})"
-            if "error" in s
-            else f"{s['eval_loss']:.3f} ({s['eval_bits_per_byte']:.3f} bits/byte)"
-            for s in (m["scales"][scale] for scale in SCALES)
+            f"beyond the table (max_position_embeddings = {s.context})"
+            if "error" in scored
+            else f"{scored['eval_loss']:.3f} ({scored['eval_bits_per_byte']:.3f} bits/byte)"
+            for scored in (m["scales"][scale] for scale in SCALES)
         ]
         inside, past = gaps[kind]
         gap = "—" if past != past else f"{inside:.3f} → {past:.3f}"
@@ -178,18 +190,18 @@ def report(o: dict, models: dict, gaps: dict, vocab_size: int, heldout_blocks: i
     return "\n\n".join(
         [
             prose(__doc__),
-            f"Each GPT: {o['layers']} layers, width {o['hidden_size']}, {o['heads']} heads, byte-level BPE of "
-            f"{vocab_size} tokens trained on the first {o['train_chars']:,} characters; {o['steps']} AdamW steps "
-            f"(peak {o['learning_rate']}, cosine decay, weight decay 0.1) on batches of {o['batch_size']} blocks of "
-            f"{o['context']} tokens. Held out: {heldout_blocks} blocks of {max(SCALES) * o['context']} tokens from "
+            f"Each GPT: {s.layers} layers, width {s.hidden_size}, {s.heads} heads, byte-level BPE of "
+            f"{vocab_size} tokens trained on the first {s.train_chars:,} characters; {s.steps} AdamW steps "
+            f"(peak {s.learning_rate}, cosine decay, weight decay 0.1) on batches of {s.batch_size} blocks of "
+            f"{s.context} tokens. Held out: {heldout_blocks} blocks of {max(SCALES) * s.context} tokens from "
             "the files that follow, cut to each length (every block read from its start).",
             markdown_table(
                 [
                     "positions",
                     "parameters",
                     "train s",
-                    *(f"held-out loss @ {s}x ({s * o['context']} tokens)" for s in SCALES),
-                    f"loss at positions {o['context'] // 2}-{o['context'] - 1} → past {o['context']}",
+                    *(f"held-out loss @ {scale}x ({scale * s.context} tokens)" for scale in SCALES),
+                    f"loss at positions {s.context // 2}-{s.context - 1} → past {s.context}",
                 ],
                 rows,
             ),
@@ -231,18 +243,18 @@ def _reblock(blocks: torch.Tensor, length: int) -> torch.Tensor:
     return stream[: count * length].view(count, length)
 
 
-def plot(models: dict, path, o) -> str:
+def plot(models: dict, path, s: Settings) -> str:
     fig = figure(9, 4.5)
     axes = fig.add_subplot()
-    window = max(1, o["context"] // 8)
+    window = max(1, s.context // 8)
     for kind, m in models.items():
         longest = max(s for s, v in m["scales"].items() if "per_position" in v)
         curve = torch.tensor(m["scales"][longest]["per_position"])
         smooth = torch.nn.functional.avg_pool1d(curve[None, None], window, 1).flatten().tolist()
         label = kind if longest == max(SCALES) else f"{kind} (stops at its table)"
         axes.plot(range(1 + window // 2, 1 + window // 2 + len(smooth)), smooth, label=label)
-    axes.axvline(o["context"], color="gray", linestyle="--", linewidth=1)
-    axes.text(o["context"], axes.get_ylim()[1], " training context", color="gray", fontsize=8, va="top")
+    axes.axvline(s.context, color="gray", linestyle="--", linewidth=1)
+    axes.text(s.context, axes.get_ylim()[1], " training context", color="gray", fontsize=8, va="top")
     axes.set_xlabel("position in the held-out block (tokens)")
     axes.set_ylabel(f"held-out NLL per token (nats, mean over {window} positions)")
     axes.set_title("GPT trained at one context, read at 4x")

@@ -20,15 +20,16 @@ everything before it (teacher forcing, so one wrong token does not shift the res
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from hf_seq.registry import family
 
 from .common import (
-    check_options,
+    check_choices,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     markdown_table,
@@ -36,7 +37,9 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     torch_threads,
+    total_parameters,
     train,
 )
 
@@ -54,20 +57,30 @@ MEMBERS = {  # label -> (family, config flags); the width is chosen to match the
     "LSTM": ("rnn", dict(cell_type="lstm", num_hidden_layers=2)),
     "WaveNet": ("conv", dict(kernel_size=2, num_blocks=1)),  # dilations and skip width set in build()
 }
-DEFAULTS = dict(
-    parameters=16_000,  # the budget every member is sized to
-    length=32,  # noise + data tokens before the marker
-    tokens=2,  # data tokens to copy
-    vocab_size=16,
-    steps=1500,  # see docs/experiments/selective_copying.md for 4 tokens and 4000 steps
-    batch_size=32,
-    learning_rate=1e-2,  # at 3e-3 Mamba's loss stayed on its plateau for the whole budget
-    test_examples=512,
-    members=tuple(MEMBERS),
-    seed=0,
-    threads=1,
-)
-QUICK = dict(parameters=6000, length=12, tokens=2, steps=20, batch_size=8, test_examples=32)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`members` (of MEMBERS), each sized to `parameters` weights and trained for `steps` AdamW steps on batches of
+    `batch_size` sequences; tested on `test_examples` fresh sequences."""
+
+    parameters: int = 16_000  # the budget every member is sized to
+    length: int = 32  # noise + data tokens before the marker
+    tokens: int = 2  # data tokens to copy
+    vocab_size: int = 16
+    steps: int = 1500  # see docs/experiments/selective_copying.md for 4 tokens and 4000 steps
+    batch_size: int = 32
+    learning_rate: float = 1e-2  # at 3e-3 Mamba's loss stayed on its plateau for the whole budget
+    test_examples: int = 512
+    members: tuple[str, ...] = tuple(MEMBERS)
+    seed: int = 0
+    threads: int | None = 1  # None: torch's default
+
+    def __post_init__(self):
+        check_choices(NAME, "members", self.members, MEMBERS)
+
+
+QUICK = Settings(parameters=6000, length=12, tokens=2, steps=20, batch_size=8, test_examples=32)
 
 
 def examples(count: int, length: int, tokens: int, vocab_size: int, generator: torch.Generator) -> dict:
@@ -146,16 +159,16 @@ def available(names, members: dict = MEMBERS) -> tuple[list[str], dict[str, str]
     return kept, missing
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    span = o["length"] + 1 + o["tokens"]
-    members, missing = available(o["members"])
-    test = examples(o["test_examples"], o["length"], o["tokens"], o["vocab_size"], torch.Generator().manual_seed(10**9))
-    generator = torch.Generator().manual_seed(o["seed"])
-    batches = [
-        examples(o["batch_size"], o["length"], o["tokens"], o["vocab_size"], generator) for _ in range(o["steps"])
-    ]
+    span = s.length + 1 + s.tokens
+    members, missing = available(s.members)
+    test = examples(s.test_examples, s.length, s.tokens, s.vocab_size, torch.Generator().manual_seed(10**9))
+    generator = torch.Generator().manual_seed(s.seed)
+    batches = [examples(s.batch_size, s.length, s.tokens, s.vocab_size, generator) for _ in range(s.steps)]
 
     def score(model) -> dict:
         correct = answer_accuracy(model, test).float()
@@ -165,31 +178,33 @@ def run(quick: bool = False, output_dir=None, **options) -> dict:
             "accuracy_by_index": correct.mean(0).tolist(),
         }
 
-    with torch_threads(o["threads"]):
-        models = {name: train_member(name, o, span, batches, score) for name in members}
+    with torch_threads(s.threads):
+        models = {name: train_member(name, s, span, batches, score) for name in members}
 
-    chance = 1 / (o["vocab_size"] - FIRST_DATA)
-    plots = [plot(models, folder / "selective_copying.png", o, chance)]
+    chance = 1 / (s.vocab_size - FIRST_DATA)
+    plots = [plot(models, folder / "selective_copying.png", s, chance)]
     results = {
-        "options": {"quick": quick, **o, "members": list(o["members"])},
+        "options": settings_record(s, base, quick),
         "chance": chance,
         "models": models,
         "missing": missing,
         "claims": claims(models, missing),
     }
-    return finish(NAME, TITLE, folder, results, report(o, models, missing, chance), started, plots)
+    return finish(NAME, TITLE, folder, results, report(s, models, missing, chance), started, plots)
 
 
-def train_member(name: str, o: dict, span: int, batches: list[dict], score, members: dict = MEMBERS) -> dict:
+def train_member(name: str, s: Settings, span: int, batches: list[dict], score, members: dict = MEMBERS) -> dict:
     """Member `name` at the width closest to the `parameters` budget, trained from `seed` on `batches` (one a step);
-    its width, size, training figures, `score(model)` (its test figures) and, for the WaveNet, its receptive field."""
-    hidden = matched_hidden_size(name, o["parameters"], o["vocab_size"], span, members)
-    torch.manual_seed(o["seed"])
-    model = build(name, hidden, o["vocab_size"], span, members)
-    trained = train(model, batches.__getitem__, o["steps"], o["learning_rate"])
+    its width, size, training figures, `score(model)` (its test figures) and, for the WaveNet, its receptive field.
+    `s` is this experiment's settings or induction_heads' (both have parameters, vocab_size, seed, steps and
+    learning_rate)."""
+    hidden = matched_hidden_size(name, s.parameters, s.vocab_size, span, members)
+    torch.manual_seed(s.seed)
+    model = build(name, hidden, s.vocab_size, span, members)
+    trained = train(model, batches.__getitem__, s.steps, s.learning_rate)
     figures = {
         "hidden_size": hidden,
-        "parameters": count_parameters(model),
+        "parameters": total_parameters(model),
         "train_seconds": round(trained["seconds"], 1),
         "final_train_loss": trained["final_loss"],
         **score(model),
@@ -200,19 +215,19 @@ def train_member(name: str, o: dict, span: int, batches: list[dict], score, memb
     return figures
 
 
-def report(o: dict, models: dict, missing: dict, chance: float) -> str:
+def report(s: Settings, models: dict, missing: dict, chance: float) -> str:
     """The Markdown body: the setup, each member's figures, the paper's, and the members left out."""
     body = [
         prose(__doc__),
-        f"This run: a body of {o['length']} tokens holding {o['tokens']} data tokens, a vocabulary of "
-        f"{o['vocab_size']} ids ({o['vocab_size'] - FIRST_DATA} data symbols, chance {chance:.3f}); budget "
-        f"{o['parameters']:,} weights per member, two layers each; {o['steps']} AdamW steps (peak "
-        f"{o['learning_rate']}, warm-up then cosine decay, clipping at 1) on batches of {o['batch_size']} fresh "
-        f"sequences, the same batches for every member; test: {o['test_examples']} other sequences. The paper trains "
+        f"This run: a body of {s.length} tokens holding {s.tokens} data tokens, a vocabulary of "
+        f"{s.vocab_size} ids ({s.vocab_size - FIRST_DATA} data symbols, chance {chance:.3f}); budget "
+        f"{s.parameters:,} weights per member, two layers each; {s.steps} AdamW steps (peak "
+        f"{s.learning_rate}, warm-up then cosine decay, clipping at 1) on batches of {s.batch_size} fresh "
+        f"sequences, the same batches for every member; test: {s.test_examples} other sequences. The paper trains "
         "on bodies of 4096 tokens with 16 tokens to copy; this run is sized to train on a CPU in minutes.",
         markdown_table(
             ["member", "width", "parameters", "train s", "final train loss", "token accuracy", "all tokens right"]
-            + [f"token {i + 1}" for i in range(o["tokens"])],
+            + [f"token {i + 1}" for i in range(s.tokens)],
             [
                 [
                     name,
@@ -273,7 +288,7 @@ def claims(models: dict, missing: dict) -> list[dict]:
     ]
 
 
-def plot(models: dict, path, o, chance: float) -> str:
+def plot(models: dict, path, s: Settings, chance: float) -> str:
     fig = figure(11, 4.2)
     curves, bars = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for name, m in models.items():
@@ -291,7 +306,6 @@ def plot(models: dict, path, o, chance: float) -> str:
     bars.set_ylabel("test accuracy")
     bars.legend(fontsize=8)
     fig.suptitle(
-        f"Selective Copying: {o['tokens']} tokens among {o['length']}, models of {o['parameters']:,} weights, "
-        f"{o['steps']} steps"
+        f"Selective Copying: {s.tokens} tokens among {s.length}, models of {s.parameters:,} weights, {s.steps} steps"
     )
     return save_figure(fig, path)

@@ -21,6 +21,7 @@ read the gradient at every state h_t:
 import math
 import random
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -31,9 +32,8 @@ from hf_seq.models.utils import cache_of
 from .common import (
     LETTER_VOCAB_SIZE,
     SEP,
-    check_options,
+    chosen_settings,
     claim,
-    count_parameters,
     figure,
     finish,
     letter_ids,
@@ -41,7 +41,9 @@ from .common import (
     output_folder,
     prose,
     save_figure,
+    settings_record,
     torch_threads,
+    total_parameters,
     train,
 )
 
@@ -54,18 +56,26 @@ CELLS = {  # label -> RNNConfig flags
     "GRU": dict(cell_type="gru"),
     "LSTM": dict(cell_type="lstm"),
 }
-DEFAULTS = dict(
-    hidden_size=64,
-    steps=1000,
-    batch_size=32,
-    learning_rate=2e-2,  # at 5e-3 the LSTM stays on the recall plateau for this budget; the Elman nets fail at both
-    train_length=30,
-    length=40,
-    examples=64,
-    seed=0,
-    threads=1,
-)
-QUICK = dict(hidden_size=32, steps=40, batch_size=16, train_length=10, length=16, examples=16)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One layer of `hidden_size` units per cell; `steps` AdamW steps on batches of `batch_size` recalls over
+    1-`train_length` letters; gradients measured on `examples` unseen recalls over `length` letters."""
+
+    hidden_size: int = 64
+    steps: int = 1000
+    batch_size: int = 32
+    # at 5e-3 the LSTM stays on the recall plateau for this budget; the Elman nets fail at both
+    learning_rate: float = 2e-2
+    train_length: int = 30
+    length: int = 40
+    examples: int = 64
+    seed: int = 0
+    threads: int | None = 1  # None: torch's default
+
+
+QUICK = Settings(hidden_size=32, steps=40, batch_size=16, train_length=10, length=16, examples=16)
 ACCURACY_LENGTHS = (10, 20, 30, 40)
 
 
@@ -140,49 +150,56 @@ def decay_per_step(relative: list[float]) -> float:
     return math.exp(slope)
 
 
-def run(quick: bool = False, output_dir=None, **options) -> dict:
-    o = check_options(NAME, options, DEFAULTS | (QUICK if quick else {}))
+def run(quick: bool = False, output_dir=None, overrides=(), **changes) -> dict:
+    """The experiment at the default settings (or QUICK's), with `overrides` (`KEY=VALUE`) and `changes` applied."""
+    base = QUICK if quick else Settings()
+    s = chosen_settings(NAME, base, overrides, changes)
     started, folder = time.perf_counter(), output_folder(output_dir, NAME)
-    probe = recall_batch(o["examples"], o["length"], seed=10**9)  # sequences no training batch holds
-    rng = random.Random(o["seed"])
-    lengths = [rng.randint(1, o["train_length"]) for _ in range(o["steps"])]  # the short ones teach the task
-    accuracy_lengths = sorted({*(n for n in ACCURACY_LENGTHS if n < o["length"]), o["length"]})
-    with torch_threads(o["threads"]):
-        models = {cell: measure(cell, o, probe, lengths, accuracy_lengths) for cell in CELLS}
+    probe = recall_batch(s.examples, s.length, seed=10**9)  # sequences no training batch holds
+    rng = random.Random(s.seed)
+    lengths = [rng.randint(1, s.train_length) for _ in range(s.steps)]  # the short ones teach the task
+    accuracy_lengths = sorted({*(n for n in ACCURACY_LENGTHS if n < s.length), s.length})
+    with torch_threads(s.threads):
+        models = {cell: measure(cell, s, probe, lengths, accuracy_lengths) for cell in CELLS}
 
-    far = o["length"]  # the largest distance measured: from the separator back to the first letter
-    plots = [plot(models, folder / "gradient_norms.png", o)]
-    results = {"options": {"quick": quick, **o}, "distance_max": far, "models": models, "claims": claims(models, far)}
-    return finish(NAME, TITLE, folder, results, report(o, models, accuracy_lengths), started, plots)
+    far = s.length  # the largest distance measured: from the separator back to the first letter
+    plots = [plot(models, folder / "gradient_norms.png", s)]
+    results = {
+        "options": settings_record(s, base, quick),
+        "distance_max": far,
+        "models": models,
+        "claims": claims(models, far),
+    }
+    return finish(NAME, TITLE, folder, results, report(s, models, accuracy_lengths), started, plots)
 
 
-def measure(cell: str, o: dict, probe: dict, lengths: list[int], accuracy_lengths: list[int]) -> dict:
+def measure(cell: str, s: Settings, probe: dict, lengths: list[int], accuracy_lengths: list[int]) -> dict:
     """One cell's gradient norms on the probe at initialisation and after training on recalls over `lengths[step]`
     letters, and its recall accuracy over each of `accuracy_lengths` letters after training."""
     probe_ids, probe_target = probe["input_ids"][:, :-1], probe["input_ids"][:, -1]
-    model = make_model(cell, o["hidden_size"], o["seed"])
-    init = gradient_norms(model, probe_ids, probe_target, o["seed"])
+    model = make_model(cell, s.hidden_size, s.seed)
+    init = gradient_norms(model, probe_ids, probe_target, s.seed)
     trained_run = train(
         model,
-        lambda step: recall_batch(o["batch_size"], lengths[step], seed=o["seed"] * 100_003 + step),
-        o["steps"],
-        o["learning_rate"],
+        lambda step: recall_batch(s.batch_size, lengths[step], seed=s.seed * 100_003 + step),
+        s.steps,
+        s.learning_rate,
     )
-    trained = gradient_norms(model, probe_ids, probe_target, o["seed"])
+    trained = gradient_norms(model, probe_ids, probe_target, s.seed)
     return {
-        "parameters": count_parameters(model),
+        "parameters": total_parameters(model),
         "train_seconds": round(trained_run["seconds"], 1),
         "final_train_loss": trained_run["final_loss"],
-        "recall_accuracy": {n: recall_accuracy(model, n, 4 * o["examples"]) for n in accuracy_lengths},
+        "recall_accuracy": {n: recall_accuracy(model, n, 4 * s.examples) for n in accuracy_lengths},
         "init": init | {k + "_decay": decay_per_step(v) for k, v in init.items()},
         "trained": trained | {k + "_decay": decay_per_step(v) for k, v in trained.items()},
     }
 
 
-def report(o: dict, models: dict, accuracy_lengths: list[int]) -> str:
+def report(s: Settings, models: dict, accuracy_lengths: list[int]) -> str:
     """The Markdown body: the setup, the gradient norms at a few distances with their factor per step, and the recall
     accuracy after training."""
-    far = o["length"]
+    far = s.length
     distances = sorted({d for d in (1, 5, 10, 20) if d < far} | {far})
     rows = []
     for cell, m in models.items():
@@ -195,10 +212,10 @@ def report(o: dict, models: dict, accuracy_lengths: list[int]) -> str:
     return "\n\n".join(
         [
             prose(__doc__.split("\n\n", 1)[1]),
-            f"One layer of {o['hidden_size']} units per model, the same seed ({o['seed']}); trained for {o['steps']} "
-            f"AdamW steps (peak rate {o['learning_rate']}, cosine decay, clipping at 1) on batches of "
-            f"{o['batch_size']} recalls over 1-{o['train_length']} letters; gradients measured on {o['examples']} "
-            f"unseen recalls over {o['length']} letters (T = {far + 1} steps). Factor per step: exp of the slope of a "
+            f"One layer of {s.hidden_size} units per model, the same seed ({s.seed}); trained for {s.steps} "
+            f"AdamW steps (peak rate {s.learning_rate}, cosine decay, clipping at 1) on batches of "
+            f"{s.batch_size} recalls over 1-{s.train_length} letters; gradients measured on {s.examples} "
+            f"unseen recalls over {s.length} letters (T = {far + 1} steps). Factor per step: exp of the slope of a "
             "least-squares line through log norm against distance (distances 1 and up).",
             markdown_table(
                 [
@@ -263,7 +280,7 @@ def claims(models: dict, far: int) -> list[dict]:
     ]
 
 
-def plot(models: dict, path, o) -> str:
+def plot(models: dict, path, s: Settings) -> str:
     fig = figure(12, 7.2)
     panels = [("init", "jacobian"), ("trained", "jacobian"), ("init", "loss"), ("trained", "loss")]
     for k, (phase, kind) in enumerate(panels):
@@ -272,7 +289,7 @@ def plot(models: dict, path, o) -> str:
             values = m[phase][kind]
             axes.semilogy(range(len(values)), [max(v, 1e-30) for v in values], label=cell)
         what = "‖dh_T/dh_t‖ / ‖I‖" if kind == "jacobian" else "‖dl_T/dh_t‖ / ‖dl_T/dh_T‖"
-        when = "at initialisation" if phase == "init" else f"after {o['steps']} steps of recall training"
+        when = "at initialisation" if phase == "init" else f"after {s.steps} steps of recall training"
         axes.set_title(f"{what}, {when}", fontsize=10)
         axes.set_xlabel("distance T - t (steps)")
         axes.grid(alpha=0.3, which="both")
