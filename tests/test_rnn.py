@@ -156,6 +156,57 @@ def test_gated_cell_hand_written_backward_is_the_gradient():
         torch.testing.assert_close(last, ref_last)
 
 
+def states_from_gates(cell_type, gates, h0, c0):
+    """h_t (and the LSTM's c_t) rebuilt from the returned gates alone, with the module docstring's update rules."""
+    h, c, states, cells = h0, c0, [], []
+    for t in range(gates["candidate"].shape[1]):
+        g = {name: value[:, t] for name, value in gates.items()}
+        if cell_type == "lstm":  # c_t = f c_{t-1} + i g, h_t = o tanh(c_t)
+            c = g["forget_gate"] * c + g["input_gate"] * g["candidate"]
+            h = g["output_gate"] * torch.tanh(c)
+        elif cell_type == "gru":  # h_t = (1 - z) n + z h_{t-1}
+            h = (1 - g["update_gate"]) * g["candidate"] + g["update_gate"] * h
+        else:  # gated: h_t = z h_{t-1} + (1 - z) candidate
+            h = g["update_gate"] * h + (1 - g["update_gate"]) * g["candidate"]
+        states.append(h)
+        cells.append(c)
+    return torch.stack(states, 1), (torch.stack(cells, 1) if cell_type == "lstm" else None)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("cell_type", ["lstm", "gru", "gated"])
+def test_layer_gates_are_the_ones_its_forward_pass_used(cell_type, bidirectional):
+    """Every layer's gates, from a nonzero state, rebuild the states its forward pass returned (the forward
+    direction's): a gate from the wrong rows of the weights, or a wrong order of gates, breaks the equality."""
+    torch.manual_seed(0)
+    stack = RecurrentStack(cell_type, 5, 8, num_layers=2, bidirectional=bidirectional)
+    x = torch.randn(3, 6, 5)
+    hidden, cell = stack.initial_state(3)
+    hidden, cell = torch.randn_like(hidden), (torch.randn_like(cell) if cell is not None else None)
+    with torch.no_grad():
+        out = stack(x, (hidden, cell), output_hidden_states=True)
+        span, inputs = stack.num_directions, (x, *out.layer_outputs[:-1])
+        for i, (layer, layer_input) in enumerate(zip(stack.layers, inputs)):
+            h0 = hidden[i * span : (i + 1) * span]
+            c0 = cell[i * span : (i + 1) * span] if cell is not None else None
+            gates = layer.gates(layer_input, h0, c0)
+            states, cells = states_from_gates(cell_type, gates, h0[0], None if c0 is None else c0[0])
+            torch.testing.assert_close(states, out.layer_outputs[i][..., :8], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(gates["hidden"], states, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(states[:, -1], out.hidden[i * span], rtol=1e-5, atol=1e-5)
+            if cell_type == "lstm":
+                torch.testing.assert_close(cells[:, -1], out.cell[i * span], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(gates["cell"], cells, rtol=1e-6, atol=1e-6)
+            names = {"lstm": 3, "gru": 2, "gated": 1}[cell_type]
+            assert sum(name.endswith("_gate") for name in gates) == names
+            assert all(((v > 0) & (v < 1)).all() for name, v in gates.items() if name.endswith("_gate"))
+
+
+def test_the_elman_layer_has_no_gates():
+    with pytest.raises(ValueError, match="cell_type='elman' has no gates; the cells with gates are"):
+        RecurrentStack("elman", 4, 4).layers[0].gates(torch.zeros(1, 2, 4))
+
+
 def test_fused_kernels_run_every_cell_but_the_gated_one():
     kinds = {}
     for cell_type in ("elman", "gru", "lstm", "gated"):

@@ -1,5 +1,5 @@
 """The studio's views of the models' insides (hf_seq/studio/inside.py), on tiny untrained models of each family: the
-recomputed gates give back the model's own states, attention rows are distributions (GPT's causal), BERT's fillers
+layer's gates give back the model's own states, attention rows are distributions (GPT's causal), BERT's fillers
 are its softmaxed logits, the step-by-step alignment decodes what generate() decodes, and the SSMs' modes agree."""
 
 import io
@@ -74,9 +74,9 @@ TRANSFORMER = dict(ATTENTION, encoder_layers=2, decoder_layers=2, dropout=0.0, a
 
 # ---------------------------------------------------------------------------------------------- recurrent state
 @pytest.mark.parametrize("cell_type", ["lstm", "gru", "gated"])
-def test_recomputed_gates_give_back_the_models_states(tokenizer, cell_type):
-    """h_t from the view's gates equals the model's own states at every step (and, for the LSTM, c_T its final
-    memory cell): a gate read from the wrong rows of the weights, or from the wrong layer, breaks the equality."""
+def test_the_views_gates_give_back_the_models_states(tokenizer, cell_type):
+    """h_t rebuilt from the view's gates equals the model's own states at every step (and, for the LSTM, c_T its
+    final memory cell): a gate read from the wrong rows of the weights, or from the wrong layer, breaks the equality."""
     loaded = build("rnn", "AutoModelForCausalLM", tokenizer, cell_type=cell_type, **RNN)
     result = inside.recurrent_state(loaded, TEXT, unit=3)
     with torch.no_grad():

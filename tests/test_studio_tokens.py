@@ -241,6 +241,9 @@ def test_backoff_sees_an_unseen_history():
     np.testing.assert_array_equal(result["order"][1:], [2, 2, 3])  # "2 1" never occurred, "1 2" did
     # order 2 counts continuations: "1 2" follows only 0, so 1; order 3 plain counts: "1 2 3" never occurred
     np.testing.assert_array_equal(result["count"][2:], [1, 0])
+    # "2" after "1" at order 2: D_2 = 4 / (4 + 2 * 1) (bigram continuation counts 2, 1, 1, 1, 1), and "1" is followed
+    # by 2 distinct tokens in 2 continuations, so the back-off weight is D_2 * 2 / 2
+    assert result["backoff_weight"][2] == pytest.approx(2 / 3, rel=1e-12)
     np.testing.assert_allclose(result["probability"][1:], np.exp(-lm.token_nll([2, 1, 2, 3])), rtol=1e-12)
 
 

@@ -1,9 +1,12 @@
 """The n-gram as a member of the language-model lineage: counts fit on the study's training tokens under its budget,
 scored on the same held-out blocks with the same bits-per-byte computation as the networks, with its learning curve
-(refits on growing prefixes), a sample from the shared prompt and a model card."""
+(refits on growing prefixes), a sample from the shared prompt, and a folder that holds its card, its counts and the
+lineage's tokenizer, as a network's folder holds its model (its `from_pretrained` classmethod loads it back)."""
 
 import time
 from pathlib import Path
+
+from hf_seq.experiments.study import Record
 
 
 def fit_ngram(data, s, order: int, budget_tokens: int | None, folder: Path) -> dict:
@@ -12,22 +15,22 @@ def fit_ngram(data, s, order: int, budget_tokens: int | None, folder: Path) -> d
     the shared prompt and a card."""
     tokenizer, validation = data.prepared.tokenizer, [list(b) for b in data.held_out["validation"]["input_ids"]]
     got = train_ngram(s, order, data.train_stream, validation, data.byte_lengths, len(tokenizer), budget_tokens)
-    record = {"name": "ngram", "title": f"{order}-gram, interpolated Kneser-Ney", "order": order}
-    record |= {"params": got["params"], "non_embedding_params": None, "flops_per_token": None}
-    record |= {"learning_rate": None, "dropout": None, "best_step": None, "epochs": None}
-    record |= {"train_tokens": got["train_tokens"], "seconds": got["seconds"], "curve": got["curve"], "trials": []}
     scored = score_ngram(got["model"], validation, data.byte_lengths)
-    record |= with_prefix(scored, "validation") | {k: scored[k] for k in ("eval_tokens", "eval_bytes")}
-    record |= {k: scored[k] for k in ("eval_loss", "eval_perplexity", "eval_bits_per_byte")}
+    eval_keys = ("eval_tokens", "eval_bytes", "eval_loss", "eval_perplexity", "eval_bits_per_byte")
+    figures = {"order": order} | with_prefix(scored, "validation") | {k: scored[k] for k in eval_keys}
     if data.held_out["test"] is not None:
         test_blocks = [list(b) for b in data.held_out["test"]["input_ids"]]
-        record |= with_prefix(score_ngram(got["model"], test_blocks, data.byte_lengths), "test")
+        figures |= with_prefix(score_ngram(got["model"], test_blocks, data.byte_lengths), "test")
     else:
-        record |= {"test_bits_per_byte": None, "test_perplexity": None, "test_loss": None}
-    record["tokens_per_second"] = record["train_tokens"] / max(record["seconds"], 1e-9)
+        figures |= {"test_bits_per_byte": None, "test_perplexity": None, "test_loss": None}
     sample = got["model"].generate(data.prompt, s.sample_tokens, seed=0, eos_token_id=tokenizer.eos_token_id)
-    record |= {"sample": tokenizer.decode(sample), "prompt_text": tokenizer.decode(data.prompt)}
+    figures |= {"sample": tokenizer.decode(sample), "prompt_text": tokenizer.decode(data.prompt)}
+    title = f"{order}-gram, interpolated Kneser-Ney"
+    fit = Record("ngram", title, None, got["params"], train_tokens=got["train_tokens"], seconds=got["seconds"],
+                 curve=got["curve"])  # fmt: skip
+    record = fit.to_dict(figures)
     write_ngram_card(folder, record, data.corpus_name)
+    save_ngram(folder, got["model"], tokenizer)
     return record
 
 
@@ -72,8 +75,9 @@ def write_ngram_card(folder: Path, record: dict, corpus: str) -> None:
         "",
         f"An interpolated Kneser-Ney {record['order']}-gram model over the lineage's BPE token ids (`hf_seq.baselines.ngram`),",
         f"fit on {record['train_tokens']:,} training tokens of `{corpus}` in {record['seconds']:.1f} s.",
-        "It stores no weights: its 'parameters' are its "
-        f"{record['params']:,} distinct n-gram counts. Scored like the neural members:",
+        f"It has no weights: its 'parameters' are its {record['params']:,} distinct n-gram counts, saved here",
+        "(`ngram.safetensors`, `ngram_config.json`; `KneserNeyLM.from_pretrained` loads them) with the",
+        "lineage's tokenizer. Scored like the neural members:",
         "",
         "| held-out bits per byte | perplexity | NLL (nats / token) | scored tokens | bytes |",
         "|---|---|---|---|---|",
@@ -82,6 +86,16 @@ def write_ngram_card(folder: Path, record: dict, corpus: str) -> None:
         "",
     ]
     (folder / "README.md").write_text("\n".join(lines))
+
+
+def save_ngram(folder: Path, lm, tokenizer) -> None:
+    """The fitted n-gram in its member folder, as the networks' folders hold their models: its counts
+    (`KneserNeyLM.save_pretrained`), the lineage's tokenizer and `checksums.json` over the counts file."""
+    from hf_seq.hub.checksums import record_checksums
+
+    lm.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    record_checksums(folder)
 
 
 def with_prefix(metrics: dict, prefix: str) -> dict:

@@ -45,6 +45,10 @@ written out by hand (`_GatedElmanScan`) so that autograd records one node per se
 (1.4-1.7x faster than autograd through the loop on CPU, forward + backward). TorchScript (deprecated in torch 2)
 was not faster in that measurement, and torch.compile would unroll the loop for every sequence length.
 
+The fused kernels keep their gates to themselves. `RecurrentLayer.gates` returns them, with the states they give, to
+look inside a model: the LSTM's and the GRU's from the equations above step by step (`_lstm_step`, `_gru_step`), the
+gated cell's from the very loop its forward pass runs. `forward` never calls it.
+
 Padding: a mask (B, T), 1 on real tokens, may put pads anywhere (right padding for training, left padding for
 generation). `RecurrentStack` moves each row's real tokens to the front, runs packed sequences of each row's own
 length (so a state stops at the row's last real token and the backward direction starts there), and puts the
@@ -190,6 +194,27 @@ class GatedElman(nn.Module):
         return f"{self.input_size}, {self.hidden_size}, bidirectional={self.num_directions == 2}"
 
 
+# ------------------------------------------------------------------------------------ LSTM and GRU gates, step by step
+def _lstm_step(rnn: nn.LSTM, projected_t, h, c):
+    """One LSTM step from x_t's input projection W_x x_t + b_x (B, 4H) and (h_{t-1}, c_{t-1}): the gates (nn.LSTM's
+    rows are ordered i, f, g, o) and (h_t, c_t)."""
+    i, f, g, o = (projected_t + nn.functional.linear(h, rnn.weight_hh_l0, rnn.bias_hh_l0)).chunk(4, -1)
+    gates = {"input_gate": i.sigmoid(), "forget_gate": f.sigmoid(), "output_gate": o.sigmoid(), "candidate": g.tanh()}
+    c = gates["forget_gate"] * c + gates["input_gate"] * gates["candidate"]
+    return gates, gates["output_gate"] * torch.tanh(c), c
+
+
+def _gru_step(rnn: nn.GRU, projected_t, h, c=None):
+    """One GRU step from x_t's input projection (B, 3H) and h_{t-1}: the gates r_t, z_t and the candidate n_t (nn.GRU's
+    rows are ordered r, z, n; r multiplies W_hn h + b_hn, cuDNN's form) and (h_t, no cell)."""
+    x_r, x_z, x_n = projected_t.chunk(3, -1)
+    h_r, h_z, h_n = nn.functional.linear(h, rnn.weight_hh_l0, rnn.bias_hh_l0).chunk(3, -1)
+    reset, update = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+    candidate = torch.tanh(x_n + reset * h_n)
+    gates = {"reset_gate": reset, "update_gate": update, "candidate": candidate}
+    return gates, (1 - update) * candidate + update * h, None
+
+
 # ------------------------------------------------------------------------------------------------ layer and stack
 class RecurrentLayer(GradientCheckpointingLayer):
     """One layer, one or two directions: a one-layer fused nn.RNN / nn.GRU / nn.LSTM, or a GatedElman.
@@ -232,6 +257,32 @@ class RecurrentLayer(GradientCheckpointingLayer):
         if self.cell_type == "lstm":
             return output, state[0], state[1]
         return output, state, None
+
+    def gates(self, x, hidden=None, cell=None) -> dict[str, torch.Tensor]:
+        """The forward direction's gate activations at every step, with the states they give: x (B, T, I), every step
+        real; hidden, cell (D, B, H) or None (zeros), as `forward` takes them. Returns (B, T, H) tensors:
+        `input_gate`, `forget_gate`, `output_gate`, `candidate` (g_t) and `cell` (c_t) for the LSTM; `reset_gate`,
+        `update_gate` and `candidate` (n_t) for the GRU; `update_gate` (z_t) and `candidate` for the gated cell;
+        and `hidden` (h_t), the forward direction's part of what `forward` returns (to rounding, for the fused cells).
+        The module docstring's equations, one step at a time: to look inside, not to train."""
+        if self.cell_type == "elman":
+            raise ValueError(
+                f"RecurrentLayer.gates: cell_type={self.cell_type!r} has no gates; the cells with gates are 'gated', "
+                "'gru' and 'lstm'."
+            )
+        rnn = self.rnn
+        h = x.new_zeros(x.shape[0], rnn.hidden_size) if hidden is None else hidden[0]
+        if self.cell_type == "gated":  # the loop its forward pass runs, keeping z_t and the candidates
+            projected = nn.functional.linear(x, rnn.weight_ih_l0, rnn.bias_l0)
+            states, _, update, candidate = _gated_elman_loop(projected, rnn.weight_hh_l0, h, None, keep_gates=True)
+            return {"update_gate": update, "candidate": candidate, "hidden": states}
+        c = torch.zeros_like(h) if cell is None else cell[0]
+        step = _lstm_step if self.cell_type == "lstm" else _gru_step
+        steps = []
+        for projected_t in nn.functional.linear(x, rnn.weight_ih_l0, rnn.bias_ih_l0).unbind(1):  # (B, 4H or 3H)
+            gates, h, c = step(rnn, projected_t, h, c)
+            steps.append(gates | {"hidden": h} | ({"cell": c} if c is not None else {}))
+        return {name: torch.stack([values[name] for values in steps], 1) for name in steps[0]}
 
     def _one_step(self, x, hidden, cell):
         """One time step through the one-step fused kernels (those of nn.LSTMCell / nn.GRUCell / nn.RNNCell). On CPU,

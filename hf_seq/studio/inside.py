@@ -3,10 +3,10 @@ state-space models' step sizes, kernels and scans. Each view is a pure function 
 of numpy arrays, token strings and floats (views.py's convention, so `to_csv` writes it); `figure_<view>(result)`
 draws one with matplotlib.
 
-Everything is read from the models' weights, outputs and forward hooks: no modeling file is changed. The fused
-recurrent kernels return no gates, so `recurrent_state` recomputes them from the top layer's weights and the states
-the model returns (recurrent.py's equations); the attention views switch a model to the eager kernel for the call,
-since the fused ones form no weights.
+Everything is read from the models' weights, outputs, forward hooks and the methods they offer for it: the fused
+recurrent kernels return no gates, so `recurrent_state` asks the top layer for them (`RecurrentLayer.gates`, the
+equations of recurrent.py step by step); the attention views switch a model to the eager kernel for the call, since
+the fused ones form no weights.
 
 Shapes in the dicts: T tokens (S source, U target), H units or channels, L layers, A heads, N state size.
 """
@@ -115,41 +115,6 @@ def _heatmap(axes, matrix, rows=None, columns=None, title="", **kwargs):
 
 
 # ---------------------------------------------------------------------------------------------- 4. recurrent state
-def _lstm_gates(rnn, x, h_prev) -> dict:
-    """i, f, o and the candidate g at every step, from the layer's input x (T, I) and h_{t-1} (T, H); nn.LSTM's
-    rows are ordered i, f, g, o."""
-    pre = F.linear(x, rnn.weight_ih_l0, rnn.bias_ih_l0) + F.linear(h_prev, rnn.weight_hh_l0, rnn.bias_hh_l0)
-    i, f, g, o = pre.chunk(4, -1)
-    return {"input_gate": i.sigmoid(), "forget_gate": f.sigmoid(), "output_gate": o.sigmoid(), "candidate": g.tanh()}
-
-
-def _gru_gates(rnn, x, h_prev) -> dict:
-    """r, z and the candidate n; nn.GRU's rows are ordered r, z, n, and r multiplies W_hn h + b_hn (cuDNN's form)."""
-    x_r, x_z, x_n = F.linear(x, rnn.weight_ih_l0, rnn.bias_ih_l0).chunk(3, -1)
-    h_r, h_z, h_n = F.linear(h_prev, rnn.weight_hh_l0, rnn.bias_hh_l0).chunk(3, -1)
-    reset = torch.sigmoid(x_r + h_r)
-    return {"update_gate": torch.sigmoid(x_z + h_z), "reset_gate": reset, "candidate": torch.tanh(x_n + reset * h_n)}
-
-
-def _gated_gates(rnn, x, h_prev) -> dict:
-    """The gated Elman cell's update gate z and ReLU candidate; its rows are [z; candidate]."""
-    size = rnn.hidden_size
-    pre = F.linear(x, rnn.weight_ih_l0, rnn.bias_l0) + F.linear(h_prev, rnn.weight_hh_l0)
-    return {"update_gate": torch.sigmoid(pre[:, :size]), "candidate": torch.relu(pre[:, size:])}
-
-
-_GATES = {"lstm": _lstm_gates, "gru": _gru_gates, "gated": _gated_gates}
-
-
-def _memory_cells(gates: dict) -> torch.Tensor:
-    """The LSTM's c_t = f_t c_{t-1} + i_t g_t from c_0 = 0: (T, H)."""
-    c, cells = torch.zeros_like(gates["candidate"][0]), []
-    for f, i, g in zip(gates["forget_gate"], gates["input_gate"], gates["candidate"]):
-        c = f * c + i * g
-        cells.append(c)
-    return torch.stack(cells)
-
-
 @torch.no_grad()
 def recurrent_state(loaded: Loaded, text: str, unit: int = 0) -> dict:
     """The top recurrent layer over the text, from a zero state. Returns `tokens`; `hidden` (H, T), its states h_t
@@ -158,22 +123,18 @@ def recurrent_state(loaded: Loaded, text: str, unit: int = 0) -> dict:
     `input_gate`, `forget_gate`, `output_gate` (LSTM), `update_gate` z (GRU: h_t = (1 - z) n + z h_{t-1}; gated
     Elman: h_t = z h_{t-1} + (1 - z) candidate), `reset_gate` (GRU), and `candidate` (H, T), the new content (the
     LSTM's g, the GRU's n); Elman has none. `unit` and `unit_values` (T,): one unit's h over the tokens.
-    The gates are recomputed from the layer's weights, its input (the layer below's states) and h_{t-1} as the model
-    returned it, with recurrent.py's equations."""
-    _check_kind(loaded, "recurrent_state", ("rnn",))
+    The gates are the top layer's own (`RecurrentLayer.gates`) on its input, the layer below's states."""
+    _check_kind(loaded, "recurrent_state", Loaded.view_kinds("recurrent"))
     ids = _ids(loaded, text)
     backbone = loaded.model.base_model
     outputs = backbone(input_ids=_batch(loaded, ids), output_hidden_states=True, use_cache=False)
     top, below = outputs.hidden_states[-1][0], outputs.hidden_states[-2][0]  # (T, D*H), (T, I)
     layer = backbone.rnn.layers[-1]
-    size = backbone.rnn.hidden_size
     result = {"tokens": _labels(loaded.tokenizer, ids), "hidden": _numpy(top.T)}
-    if layer.cell_type in _GATES:
-        h_prev = torch.cat([top.new_zeros(1, size), top[:-1, :size]])  # h_{t-1}, from h_0 = 0
-        gates = _GATES[layer.cell_type](layer.rnn, below, h_prev)
-        if layer.cell_type == "lstm":
-            result["cell"] = _numpy(_memory_cells(gates).T)
-        result |= {name: _numpy(value.T) for name, value in gates.items()}
+    if layer.cell_type != "elman":
+        gates = layer.gates(below[None])  # from h_0 = 0 (and c_0 = 0), as the model ran; each (1, T, H)
+        del gates["hidden"]  # the view shows the model's own states, both directions'
+        result |= {name: _numpy(value[0].T) for name, value in gates.items()}  # the gates, and the LSTM's `cell`
     unit = int(unit) % top.shape[1]
     return result | {"unit": unit, "unit_values": result["hidden"][unit]}
 
@@ -234,7 +195,7 @@ def attention(loaded: Loaded, text: str, target: str | None = None, max_new_toke
     `decoder_attentions` (L, A, U, U) (queries: the target token being written; keys: the decoder's inputs) and
     `cross_attentions` (L, A, U, S). Both also give `matrix`, the self-attention (GPT, BERT) or the cross-attention
     (Transformer) averaged over layers and heads, with its `row_labels` and `column_labels` (what `to_csv` writes)."""
-    _check_kind(loaded, "attention", ("gpt", "bert", "transformer"))
+    _check_kind(loaded, "attention", Loaded.view_kinds("attention"))
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = _ids(loaded, text)
     result = {"tokens": _labels(tokenizer, ids)}
@@ -311,7 +272,7 @@ def fill_mask(loaded: Loaded, text: str, k: int = 5) -> dict:
     """BERT's top-k fillers of the first mask token in the text (`[MASK]`): `tokens` (k,), the fillers, and
     `probability` (k,), p(filler | the text) by the masked-LM head's softmax, highest first; `token_ids` (k,);
     `text_tokens`, the input as BERT reads it, and `position`, the mask's index in it."""
-    _check_kind(loaded, "fill_mask", ("bert",))
+    _check_kind(loaded, "fill_mask", Loaded.view_kinds("fill"))
     tokenizer = loaded.tokenizer
     ids = _ids(loaded, text)
     if tokenizer.mask_token_id not in ids:
@@ -385,7 +346,7 @@ def alignment_steps(loaded: Loaded, source: str, steps: int = 32, num_beams: int
     Returns `matrix` (U, S): row i is alpha_ij, the weights over the source tokens while writing target token i
     (each row sums to 1); `row_labels` = `target_tokens` (U,), `column_labels` = `source_tokens` (S,);
     `target_ids` (U,); `probability` (U,): each written token's probability at its step."""
-    _check_kind(loaded, "alignment_steps", ("bahdanau",))
+    _check_kind(loaded, "alignment_steps", Loaded.view_kinds("alignment"))
     if loaded.model.config.attention_type == "none":
         raise ValueError(f"alignment_steps: {loaded.name} has no attention (attention_type='none') to show.")
     ids = _ids(loaded, source)
@@ -411,7 +372,7 @@ def cross_attention_average(loaded: Loaded, source: str, target: str | None = No
     """The Transformer's cross-attention averaged over its layers and heads: `matrix` (U, S), row i the weights over
     the source tokens while the decoder writes target token i (each row sums to 1), on `target` (None: its own
     greedy translation); `row_labels` = `target_tokens`, `column_labels` = `source_tokens`."""
-    _check_kind(loaded, "cross_attention_average", ("transformer",))
+    _check_kind(loaded, "cross_attention_average", Loaded.view_kinds("cross"))
     result = attention(loaded, source, target, max_new_tokens)
     return {
         "matrix": result["cross_attentions"].mean((0, 1)),
@@ -469,7 +430,7 @@ def ssm_inside(loaded: Loaded, text: str, layer: int = -1) -> dict:
     `dt_proj`), and `delta_mean` (T,) over channels: a large Delta writes the token into the state, a small one
     keeps the state. S4D: `kernel` (H, T), K_l = C A_bar^l B_bar of each channel over the lag l = 0..T-1, and
     `step_size` (H,), each channel's fixed Delta."""
-    _check_kind(loaded, "ssm_inside", ("ssm",))
+    _check_kind(loaded, "ssm_inside", Loaded.view_kinds("ssm"))
     ids = _ids(loaded, text)
     backbone, mixer = loaded.model.base_model, _mixer(loaded, layer)
     captured = []
@@ -522,7 +483,7 @@ def scan_vs_convolution(loaded: Loaded, text: str, layer: int = -1, channel: int
     recurrence x_k = A_bar x_{k-1} + B_bar u_k, y_k = C x_k + D u_k (one token at a time, the mode generation uses).
     Returns `tokens`; `convolution` and `recurrence` (H, T); `difference` (T,), the largest difference over the
     channels at each token; `max_difference`; `channel` and its `convolution_channel`, `recurrence_channel` (T,)."""
-    _check_kind(loaded, "scan_vs_convolution", ("ssm",))
+    _check_kind(loaded, "scan_vs_convolution", Loaded.view_kinds("scan"))
     mixer = _mixer(loaded, layer)
     if not hasattr(mixer, "discretized"):
         raise ValueError(f"scan_vs_convolution: {loaded.name} is a Mamba model; its selective scan has no kernel.")

@@ -275,9 +275,10 @@ def context_reach(loaded: Loaded, text: str, position: int) -> dict:
 
 # ------------------------------------------------------------------------------------------------ 9. n-gram back-off
 def ngram_backoff(loaded: Loaded, text: str) -> dict:
-    """How the interpolated Kneser-Ney model (`hf_seq.baselines.ngram`) reaches each token's probability. P_k mixes the
-    discounted order-k estimate with P_{k-1}, from order 1 up; an order whose history h (the k-1 tokens before) was
-    never seen leaves P_{k-1} as it is, so the last order with a seen history decides the final mix.
+    """How the interpolated Kneser-Ney model (`hf_seq.baselines.ngram`) reaches each token's probability, read from its
+    own trace (`KneserNeyLM.backoff`). P_k mixes the discounted order-k estimate with P_{k-1}, from order 1 up; an
+    order whose history h (the k-1 tokens before) was never seen leaves P_{k-1} as it is, so the last order with a
+    seen history decides the final mix.
 
     Returns per token (NaN on the first, which has no prediction): `order` (the longest k whose history was seen in
     the counts; 1 means only the unigram), `count` (c_k(h w) at that order: the plain count at the highest order, the
@@ -290,31 +291,16 @@ def ngram_backoff(loaded: Loaded, text: str) -> dict:
     columns = {name: np.full(len(ids), np.nan) for name in ("order", "count", "discount", "backoff_weight")}
     probability = np.full(len(ids), np.nan)
     if len(ids) > 1:
-        trace = _kneser_ney_trace(loaded.ngram, np.asarray(ids, dtype=np.int64))
-        for name, values in trace.items():
-            (probability if name == "probability" else columns[name])[1:] = values
+        trace = loaded.ngram.backoff(ids)  # per token 1..T-1 and per order
+        seen = trace["seen"]  # order 1's empty history is always seen, so every row has a last seen order
+        decided = seen.shape[1] - 1 - np.argmax(seen[:, ::-1], 1)  # its column
+        rows = np.arange(decided.size)
+        columns["order"][1:] = decided + 1
+        columns["count"][1:] = trace["count"][rows, decided]
+        columns["discount"][1:] = trace["discount"][decided]
+        columns["backoff_weight"][1:] = trace["backoff_weight"][rows, decided]
+        probability[1:] = trace["probability"][:, -1]
     return {"tokens": tokens, "ids": ids, **columns, "probability": probability}
-
-
-def _kneser_ney_trace(lm, ids: np.ndarray) -> dict[str, np.ndarray]:
-    """`KneserNeyLM._probabilities` for tokens 1..N-1 of `ids`, recording at each token the last order whose history
-    was seen (the recursion of the module docstring of hf_seq/ngram.py, read from its counts)."""
-    histories, words = lm._histories(ids), ids[1:]
-    p = np.full(words.shape, 1.0 / lm.vocab_size)
-    trace = {name: np.zeros(words.shape) for name in ("order", "count", "discount", "backoff_weight")}
-    for k in range(1, lm.order + 1):
-        table, h = lm.orders[k], histories[k]
-        gram, h_safe = lm._lookup(k, h, words), np.maximum(histories[k], 0)
-        total = np.where(h >= 0, table["total"][h_safe], 0.0)  # c_k(h .)
-        seen = total > 0
-        safe_total = np.where(seen, total, 1.0)
-        count = np.where(gram >= 0, table["count"][np.maximum(gram, 0)], 0)
-        D = table["discount"]
-        weight = D * table["types"][h_safe] / safe_total
-        p = np.where(seen, np.maximum(count - D, 0.0) / safe_total + weight * p, p)
-        for name, value in (("order", k), ("count", count), ("discount", D), ("backoff_weight", weight)):
-            trace[name] = np.where(seen, value, trace[name])
-    return {**trace, "probability": p}
 
 
 # ------------------------------------------------------------------------------------------------ 10. sampling
