@@ -1,6 +1,7 @@
 """`hf-seq lineage --quick`: every member trains and is scored on the same held-out tokens, sizes are matched, and
 the files the issue names are written."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from hf_seq.experiments import lineage
+from hf_seq.experiments.study import Record
 
 
 def test_quick_lineage_writes_the_table_curves_and_cards(tmp_path):
@@ -41,6 +43,11 @@ def test_quick_lineage_writes_the_table_curves_and_cards(tmp_path):
     assert (tmp_path / "learning_curves.png").stat().st_size > 10_000
     table = (tmp_path / "lineage.md").read_text()
     assert all(lineage.TITLES[name] in table for name in lineage.MEMBERS if name != "ngram")
+    # the report's first line names every member of the rows, the HMM among them
+    assert table.splitlines()[0] == lineage.LINEAGE.heading(lineage.MEMBERS) and ", HMM, " in table.splitlines()[0]
+    # one record type for the n-gram and the networks
+    shared = {f.name for f in dataclasses.fields(Record)} | {"tokens_per_second", "target", "seed"}
+    assert all(shared <= set(r) for r in records.values())
 
 
 def test_matched_size_hits_the_target_for_every_neural_member():
@@ -326,7 +333,7 @@ def test_a_member_added_as_one_row_trains_in_the_quick_lineage(tmp_path, monkeyp
     from hf_seq.experiments.study import Member
 
     row = Member("deep-lstm", "LSTM, three layers", "rnn", lineage._recurrent("lstm"), {"layers": 3}, {"layers": 2},
-                 help="a deeper LSTM")  # fmt: skip
+                 help="a deeper LSTM", short="deep LSTM")  # fmt: skip
     monkeypatch.setattr(lineage.LanguageModels, "rows", (*lineage.ROWS, row))
     with pytest.raises(SystemExit):
         main(["lineage", "--help"])
@@ -338,7 +345,8 @@ def test_a_member_added_as_one_row_trains_in_the_quick_lineage(tmp_path, monkeyp
     assert record["config"]["num_hidden_layers"] == 1 and record["config"]["embedding_size"] == 12
     assert result["settings"]["knobs"]["deep-lstm"] == {"layers": 1} and result["settings"]["width"] == 12
     assert (tmp_path / "deep-lstm" / "model.safetensors").exists() and record["test_bits_per_byte"] is None
-    assert "LSTM, three layers" in (tmp_path / "lineage.md").read_text()
+    report = (tmp_path / "lineage.md").read_text()
+    assert "LSTM, three layers" in report and report.startswith("# The lineage: n-gram, deep LSTM\n")
     assert lineage.LINEAGE.order[-1] == "deep-lstm"  # last in the lectures' order, as in the table
 
 

@@ -1,6 +1,7 @@
 """`hf-seq lineage --task time_series`: the classical forecasts and every network with a forecasting head on one
 split, scored by the one function `hf-seq evaluate` uses too."""
 
+import dataclasses
 import json
 import math
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from hf_seq.experiments import lineage_forecasting
+from hf_seq.experiments.study import Record
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,12 @@ def test_quick_run_scores_every_member_on_the_same_windows(quick):
         assert len(record["forecast"]["median"]) == result["prediction_length"] == 8
     assert json.loads((out / "lineage.json").read_text())["metric"] == "test_mase"
     report = (out / "lineage.md").read_text()
+    assert report.startswith("# The forecasting lineage: naive, seasonal naive, AR(p), window MLP, LSTM, WaveNet, GPT, "
+                             "Mamba\n")  # fmt: skip
     assert "## The classics against the networks" in report and "![Forecasts" in report
+    # one record type for the classical forecasters and the networks
+    shared = {f.name for f in dataclasses.fields(Record)} | {"tokens_per_second", "target", "seed"}
+    assert all(shared <= set(record) for record in result["members"])
     assert (out / "forecasts.png").stat().st_size > 10_000
 
 

@@ -81,6 +81,7 @@ def test_the_members_differ_where_the_lectures_say(gettext_run):
 def test_the_report_has_a_row_per_member_the_order_and_the_pictures(gettext_run):
     out, result = gettext_run
     table = (out / "lineage.md").read_text()
+    assert table.startswith("# The translation lineage: Sutskever, Cho, Bahdanau, Luong, Transformer\n")
     for row in lt.ROWS:
         assert sum(line.startswith(f"| {row.title} |") for line in table.splitlines()) == 1, row.name
     assert "Lectures' order, worst first: sutskever < cho < bahdanau ~ luong < transformer." in table

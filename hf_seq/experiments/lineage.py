@@ -35,7 +35,7 @@ from hf_seq.experiments.lineage_report import (  # noqa: F401  (budget_estimate,
     write_language_model_report,
 )
 from hf_seq.experiments.ngram_member import fit_ngram, with_prefix
-from hf_seq.experiments.study import Member, Options, Settings, StudyData, count_parameters, trial_grid
+from hf_seq.experiments.study import Member, Options, Settings, StudyData, count_parameters, option, trial_grid
 from hf_seq.hub.publish import public_name
 
 # Mamba's sizes, smallest first: (layers, expansion). Sizing its state N instead (the scan's cost grows with N) made
@@ -125,19 +125,26 @@ RNN_LAYERS = dict(knobs={"layers": 2}, quick={"layers": 1})
 # connections its family regularises (never inside the recurrence or on attention weights).
 ROWS = (
     Member("ngram", "5-gram, interpolated Kneser-Ney", None, knobs={"order": 5}, quick={"order": 3},
-           help="n-gram counts, Kneser-Ney smoothed (Shannon 1948)"),
-    Member("hmm", "hidden Markov model (Baum and Petrie 1966)", "hmm", _hmm, help="a hidden Markov model, trained by gradient"),
+           help="n-gram counts, Kneser-Ney smoothed (Shannon 1948)", short="n-gram"),
+    Member("hmm", "hidden Markov model (Baum and Petrie 1966)", "hmm", _hmm,
+           help="a hidden Markov model, trained by gradient", short="HMM"),
     Member("window", "fixed-window MLP (Bengio et al. 2003)", "window", _window, {"context": 8}, {"context": 3},
-           help="the fixed-window neural LM"),
+           help="the fixed-window neural LM", short="fixed window"),
     Member("conv", "WaveNet, dilated causal convolutions", "conv", _conv, {"layers": 4},
-           help="WaveNet's dilated causal convolutions"),
-    Member("elman", "Elman RNN (tanh)", "rnn", _recurrent("elman"), **RNN_LAYERS, help="Elman's recurrent network"),
-    Member("gru", "GRU", "rnn", _recurrent("gru"), **RNN_LAYERS, help="the gated recurrent unit"),
-    Member("lstm", "LSTM", "rnn", _recurrent("lstm"), **RNN_LAYERS, help="long short-term memory"),
+           help="WaveNet's dilated causal convolutions", short="WaveNet"),
+    Member("elman", "Elman RNN (tanh)", "rnn", _recurrent("elman"), **RNN_LAYERS, help="Elman's recurrent network",
+           short="Elman"),
+    Member("gru", "GRU", "rnn", _recurrent("gru"), **RNN_LAYERS, help="the gated recurrent unit", short="GRU"),
+    Member("lstm", "LSTM", "rnn", _recurrent("lstm"), **RNN_LAYERS, help="long short-term memory", short="LSTM"),
     Member("gpt", "GPT (Transformer decoder)", "gpt", _gpt, {"layers": 2}, {"layers": 1},
-           help="the Transformer decoder"),
-    Member("ssm", "Mamba, selective state space", "ssm", _ssm, help="Mamba's selective state space"),
+           help="the Transformer decoder", short="GPT"),
+    Member("ssm", "Mamba, selective state space", "ssm", _ssm, help="Mamba's selective state space", short="Mamba"),
 )  # fmt: skip
+
+
+@dataclass
+class LanguageModelOptions(Options):
+    max_chars: int | None = option(None, "characters of the corpus to read (default: the max_chars setting)")
 
 
 @dataclass
@@ -150,12 +157,13 @@ class LanguageModelData(StudyData):
 
 class LanguageModels(study.Study):
     name, title, rows, settings = "language_model", "lineage study", ROWS, SETTINGS
-    auto_class, default_corpus, own_options = "AutoModelForCausalLM", "stdlib", ("max_chars",)
+    options_class, report_title, about = LanguageModelOptions, "lineage", "the language models"
+    auto_class, default_corpus, corpus_help = "AutoModelForCausalLM", "stdlib", "stdlib, the Python standard library"
     files = "lineage.md, lineage.json and the plots (curves, scaling, compute)"
     trial_keys = ("eval_loss", "eval_bits_per_byte", "steps")
     curve_keys = ("step", "tokens", "seconds", "eval_bits_per_byte")
 
-    def prepare(self, s, options: Options, output_dir: Path) -> LanguageModelData:
+    def prepare(self, s, options: LanguageModelOptions, output_dir: Path) -> LanguageModelData:
         """One tokenizer, one split, one held-out set for everybody."""
         import numpy as np
 
@@ -243,7 +251,7 @@ class LanguageModels(study.Study):
         plot_curves(study.largest_records(result), output_dir / "learning_curves.png", title)
         if estimate is not None:
             plot_compute(result["members"], estimate, output_dir / "compute.png", title)
-        write_language_model_report(result, output_dir, self.order)
+        write_language_model_report(result, output_dir, self)
 
 
 LINEAGE = LanguageModels()
@@ -253,10 +261,10 @@ TITLES = {row.name: row.title for row in ROWS}
 
 
 def run(**options) -> dict:
-    """`hf-seq lineage`: train and score every member at every size and seed (`study.Options` names the options);
+    """`hf-seq lineage`: train and score every member at every size and seed (`LanguageModelOptions` names the options);
     write lineage.md, lineage.json, learning_curves.png (scaling.png for several sizes, compute.png with the fitted
     frontier) and the member folders into `output_dir`. Returns what lineage.json holds."""
-    return LINEAGE.run(Options(**options))
+    return LINEAGE.run(LINEAGE.make_options(**options))
 
 
 build, matched_size = LINEAGE.build, LINEAGE.matched_size

@@ -25,7 +25,7 @@ import numpy as np
 
 from hf_seq.errors import InvalidValueError
 from hf_seq.experiments import lineage, study
-from hf_seq.experiments.study import Member, Options, Settings, StudyData
+from hf_seq.experiments.study import Member, Options, Record, Settings, StudyData, option
 
 QUANTILES = (0.1, 0.5, 0.9)  # the figure's 80% interval and median
 PLOT_HISTORY = 3  # prediction lengths of history shown before the test window
@@ -85,21 +85,29 @@ def _forecaster(language_model_config):
 ROWS = (
     Member("naive", "naive (the last value)", None, help="the last observed value, repeated (the random walk)"),
     Member("seasonal_naive", "seasonal naive (the last season)", None,
-           help="the last season, repeated: MASE's reference"),
+           help="the last season, repeated: MASE's reference", short="seasonal naive"),
     Member("ar", "AR(p), least squares", None, knobs={"max_order": 60}, quick={"max_order": 8},
-           help="a linear auto-regressive model, its order by AIC"),
+           help="a linear auto-regressive model, its order by AIC", short="AR(p)"),
     Member("window", "fixed-window MLP (Bengio et al. 2003)", "window", _forecaster(lineage._window), {"context": 8},
-           {"context": 3}, help="the fixed-window MLP over the last steps' lags"),
+           {"context": 3}, help="the fixed-window MLP over the last steps' lags", short="window MLP"),
     Member("lstm", "LSTM (DeepAR)", "rnn", _forecaster(lineage._recurrent("lstm")), {"layers": 2}, {"layers": 1},
-           help="DeepAR's LSTM (Salinas et al. 2020)"),
+           help="DeepAR's LSTM (Salinas et al. 2020)", short="LSTM"),
     # 3 layers (receptive field 8: the lags bring the seasons): at 6 the layers alone passed the target width 32
     # gives (31k at one skip channel), and the sized skip width was left at 1
     Member("conv", "WaveNet, dilated causal convolutions", "conv", _forecaster(lineage._conv), {"layers": 3},
-           {"layers": 2}, help="WaveNet's dilated causal convolutions"),
+           {"layers": 2}, help="WaveNet's dilated causal convolutions", short="WaveNet"),
     Member("gpt", "GPT (Transformer decoder)", "gpt", _forecaster(lineage._gpt), {"layers": 2}, {"layers": 1},
-           help="the Transformer decoder"),
-    Member("ssm", "Mamba, selective state space", "ssm", _forecaster(lineage._ssm), help="Mamba's selective state space"),
+           help="the Transformer decoder", short="GPT"),
+    Member("ssm", "Mamba, selective state space", "ssm", _forecaster(lineage._ssm), help="Mamba's selective state space",
+           short="Mamba"),
 )  # fmt: skip
+
+
+@dataclass
+class ForecastingOptions(Options):
+    target_column: str | None = option(None, "the column of the values")
+    id_column: str | None = option(None, "the column naming each series of a long table (many series)")
+    timestamp_column: str | None = option(None, "the column that orders each series' rows")
 
 
 @dataclass
@@ -110,13 +118,15 @@ class ForecastingData(StudyData):
 
 class Forecasting(study.Study):
     name, title, rows, settings = "time_series", "forecasting lineage", ROWS, SETTINGS
+    options_class, report_title = ForecastingOptions, "forecasting lineage"
+    about = "the forecasters of a real-valued series"
     auto_class, default_corpus = "AutoModelForTimeSeriesPrediction", "co2"
-    own_options = ("target_column", "id_column", "timestamp_column")
+    corpus_help = "co2, the shipped weekly Mauna Loa series"
     files = "lineage.md, lineage.json and forecasts.png"
     budget_unit = "training values"
     curve_keys = ("step", "seconds", "eval_loss", "eval_mase")
 
-    def prepare(self, s, options: Options, output_dir: Path) -> ForecastingData:
+    def prepare(self, s, options: ForecastingOptions, output_dir: Path) -> ForecastingData:
         """The series read and cut once; the networks' windows and the benchmarks' histories come from one split."""
         from hf_seq.data import series as series_lib
         from hf_seq.data import tasks
@@ -192,23 +202,21 @@ class Forecasting(study.Study):
             train = [part["values"] for part in splits["train"]]
             order = select_order(train, s.knobs[row.name]["max_order"])
             model = AutoRegressive(order).fit(train)
-        record = {"name": row.name, "title": row.title if order is None else f"AR({order}), least squares"}
-        record |= {"family": None, "params": None if order is None else order + 2, "non_embedding_params": None}
-        record |= {"flops_per_token": None, "learning_rate": None, "dropout": None, "best_step": None}
-        record |= {"epochs": None, "steps": None, "train_tokens": None, "curve": [], "trials": []}
-        for split, prefix in (("validation", "validation"), ("test", "test")):
+        figures = {}
+        for split in ("validation", "test"):
             windows = splits[split]
             samples = np.stack([self._paths(row.name, w["history"], s, model if order else None) for w in windows])
             actual = np.stack([w["future"] for w in windows])
             history = [w["history"] for w in windows]
             scored = forecasting.score_samples(samples, actual, history, season)
-            record |= {f"{prefix}_{k}": v for k, v in scored.items()}
-            record[f"{prefix}_loss"] = forecasting.gaussian_nll_from_samples(samples, actual)
+            figures |= {f"{split}_{k}": v for k, v in scored.items()}
+            figures[f"{split}_loss"] = forecasting.gaussian_nll_from_samples(samples, actual)
             if split == "test":
-                record["forecast"] = quantile_paths(samples[0])
-        record["seconds"] = time.perf_counter() - started
-        record["tokens_per_second"] = None
-        return record
+                figures["forecast"] = quantile_paths(samples[0])
+        title = row.title if order is None else f"AR({order}), least squares"
+        params = None if order is None else order + 2  # the lags' weights, the intercept and the noise's spread
+        record = Record(row.name, title, None, params, seconds=time.perf_counter() - started)
+        return record.to_dict(figures)
 
     @staticmethod
     def _paths(name: str, history, s, model) -> np.ndarray:
@@ -242,7 +250,7 @@ class Forecasting(study.Study):
         from hf_seq.experiments.lineage_report import plot_forecasts, write_forecasting_report
 
         plot_forecasts(study.largest_records(result), result["plot_window"], output_dir / "forecasts.png", title)
-        write_forecasting_report(result, output_dir, self.order)
+        write_forecasting_report(result, output_dir, self)
 
 
 def plural(count: int, noun: str) -> str:
@@ -261,6 +269,6 @@ LECTURE_ORDER = LINEAGE.order
 
 
 def run(**options) -> dict:
-    """`hf-seq lineage --task time_series`: fit and score every member at every size and seed (`study.Options` names
-    the options); write lineage.md, lineage.json, forecasts.png and the member folders into `output_dir`."""
-    return LINEAGE.run(Options(**options))
+    """`hf-seq lineage --task time_series`: fit and score every member at every size and seed (`ForecastingOptions`
+    names the options); write lineage.md, lineage.json, forecasts.png and the member folders into `output_dir`."""
+    return LINEAGE.run(LINEAGE.make_options(**options))

@@ -303,12 +303,12 @@ def margin_lines(result: dict) -> list[str]:
     return lines + ["", "![compute](compute.png)", ""]
 
 
-def write_language_model_report(result: dict, output_dir: Path, order) -> None:
+def write_language_model_report(result: dict, output_dir: Path, lineage: study.Study) -> None:
     """lineage.md of the language-model lineage."""
     records, metric = result["members"], result["metric"]
     fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
     lines = [
-        "# The lineage: n-gram, fixed window, WaveNet, Elman, GRU, LSTM, GPT, Mamba",
+        lineage.heading(r["name"] for r in records),
         "",
         f"Corpus `{result['corpus']}` (validation: {result['validation']}; test: {result['test']}), one byte-level BPE "
         f"tokenizer of {result['vocab_size']:,} tokens, blocks of {result['block_size']} tokens, "
@@ -335,7 +335,7 @@ def write_language_model_report(result: dict, output_dir: Path, order) -> None:
             f"{fmt(r['test_bits_per_byte'], '.3f')} | {fmt(r['test_perplexity'], '.1f')} | {r['seconds']:.0f} |"
         )
 
-    lines += size_sections(result, header, row, order)
+    lines += size_sections(result, header, row, lineage.order)
     lines += [
         "The n-gram's parameters are its distinct stored n-grams (it has no embedding and no FLOPs figure), its seconds "
         "the counting; it is fit once and the same for every size and seed. FLOPs per token: 6 x the parameters a "
@@ -378,12 +378,12 @@ def plot_bleu_by_length(records: list[dict], path: Path, title: str) -> None:
     save_log_plot(fig, ax, "source length in words (test sentences)", "test BLEU", title, path, log_x=False)
 
 
-def write_translation_report(result: dict, output_dir: Path, order) -> None:
+def write_translation_report(result: dict, output_dir: Path, lineage: study.Study) -> None:
     """lineage.md of the translation lineage."""
     records = result["members"]
     fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
     lines = [
-        "# The translation lineage: Sutskever, Cho, Bahdanau, Luong, Transformer",
+        lineage.heading(r["name"] for r in records),
         "",
         f"Corpus `{result['corpus']}` ({result['train_pairs']:,} training pairs; validation: {result['validation']}, "
         f"{result['validation_pairs']:,} pairs; test: {result['test']}, {result['test_pairs']:,} pairs), one joint "
@@ -414,7 +414,7 @@ def write_translation_report(result: dict, output_dir: Path, order) -> None:
             f"{r['seconds']:.0f} |"
         )
 
-    lines += size_sections(result, header, row, order, higher_is_better=True)
+    lines += size_sections(result, header, row, lineage.order, higher_is_better=True)
     lines += [
         "The lectures' order puts Bahdanau's additive score and Luong's bilinear one level (`~`): neither is an "
         "inversion of the other. FLOPs per token: a token is a source or target token of a pair; 6 x the encoder's "
@@ -506,13 +506,13 @@ def plot_forecasts(records: list[dict], window: dict, path: Path, title: str) ->
     plt.close(fig)
 
 
-def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
+def write_forecasting_report(result: dict, output_dir: Path, lineage: study.Study) -> None:
     """lineage.md of the forecasting lineage: per size, every member's test MASE, sMAPE, CRPS and NLL per value,
     each against the seasonal-naive benchmark, and where the classical members beat the networks."""
     records = result["members"]
     fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
     lines = [
-        "# The forecasting lineage: naive, seasonal naive, AR(p), window MLP, LSTM, WaveNet, GPT, Mamba",
+        lineage.heading(r["name"] for r in records),
         "",
         f"Series `{result['corpus']}` ({result['series']} series; {result['test_windows']} test "
         f"window{'s' if result['test_windows'] != 1 else ''} of {result['prediction_length']} values, validation the {result['prediction_length']} before), forecast from "
@@ -552,7 +552,7 @@ def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
             f"{r['test_loss']:.3f} | {r['validation_mase']:.3f} | {r['seconds']:.0f} |"
         )
 
-    lines += size_sections(result, header, row, order)
+    lines += size_sections(result, header, row, lineage.order)
     lines += classics_lines(result)
     lines += ["![Forecasts on the first test window](forecasts.png)", ""]
     (output_dir / "lineage.md").write_text("\n".join(lines))
@@ -560,10 +560,10 @@ def write_forecasting_report(result: dict, output_dir: Path, order) -> None:
 
 def classics_lines(result: dict) -> list[str]:
     """Where the classical members beat the networks, and where the best network beats the classics, per size."""
-    lines = []
+    lines, fitted = [], {r["name"] for r in result["members"] if r["family"] is None}  # not trained: the classics
     for target in result["sizes"]:
         rows = [r for r in summarize(result["members"], "test_mase") if r["target"] == target]
-        classics = [r for r in rows if r["name"] in ("naive", "seasonal_naive", "ar")]
+        classics = [r for r in rows if r["name"] in fitted]
         networks = [r for r in rows if r not in classics]
         if not classics or not networks:
             continue

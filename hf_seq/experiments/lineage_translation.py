@@ -29,7 +29,7 @@ from pathlib import Path
 from hf_seq.errors import InvalidValueError
 from hf_seq.experiments import study
 from hf_seq.experiments.lineage_report import alignment_figure, plot_bleu_by_length, write_translation_report
-from hf_seq.experiments.study import Member, Options, Settings, StudyData
+from hf_seq.experiments.study import Member, Options, Settings, StudyData, option
 from hf_seq.hub.publish import public_name
 
 
@@ -100,23 +100,30 @@ ROWS = (
         _recurrent(cell_type="lstm", attention_type="none", encoder_bidirectional=False, reverse_source=True,
                    bridge="final_state", decoder_input="embedding", output_layer="linear",
                    tie_word_embeddings=False),  # W_o reads the LSTM state (the size parameter), not an embedding
-        ONE_LAYER, help="LSTM encoder-decoder, reversed source, no attention",
+        ONE_LAYER, help="LSTM encoder-decoder, reversed source, no attention", short="Sutskever",
     ),
     Member(
         "cho", "Cho et al. 2014 (GRU, the summary at every step)", "bahdanau",
         _recurrent(cell_type="gru", attention_type="none", encoder_bidirectional=False,
                    bridge="bahdanau",  # s_0 = tanh(V' c)
                    decoder_input="embedding_and_context", output_layer="deep"),
-        ONE_LAYER, help="GRU encoder-decoder, the summary at every step",
+        ONE_LAYER, help="GRU encoder-decoder, the summary at every step", short="Cho",
     ),
     Member("bahdanau", "Bahdanau et al. 2015 (additive attention)", "bahdanau", _recurrent(), ONE_LAYER,
-           help="additive attention"),
+           help="additive attention", short="Bahdanau"),
     Member("luong", "Luong et al. 2015 (bilinear score)", "bahdanau", _recurrent(attention_type="general"),
-           ONE_LAYER, help="bilinear attention score", level_with_previous=True),
+           ONE_LAYER, help="bilinear attention score", level_with_previous=True, short="Luong"),
     Member("transformer", "Transformer (Vaswani et al. 2017)", "transformer", _transformer, {"layers": 2},
-           ONE_LAYER, help="the encoder-decoder Transformer"),
+           ONE_LAYER, help="the encoder-decoder Transformer", short="Transformer"),
 )  # fmt: skip
 ATTENTION_MEMBERS = ("bahdanau", "luong", "transformer")
+
+
+@dataclass
+class TranslationOptions(Options):
+    source_column: str = option("source", "the source column, or a language of a `translation` column")
+    target_column: str = option("target", "the target column, or a language of a `translation` column")
+    target_language: str = option("fr", "the language of the machine's gettext catalogs that --corpus gettext reads")
 
 
 @dataclass
@@ -128,18 +135,20 @@ class TranslationData(StudyData):
 
 class Translation(study.Study):
     name, title, rows, settings = "translation", "translation lineage", ROWS, SETTINGS
+    options_class, report_title = TranslationOptions, "translation lineage"
+    about = "the encoder-decoders translating a parallel corpus"
     auto_class, default_corpus, size_limit = "AutoModelForSeq2SeqLM", DEFAULT_CORPUS, 64
-    own_options = ("source_column", "target_column", "target_language")
+    corpus_help = "gettext, the machine's catalogs"
     files = "lineage.md, lineage.json, bleu_by_length.png and the alignment pictures"
     higher_is_better, budget_unit = True, "training tokens (source + target)"
     curve_keys = ("step", "seconds", "eval_loss", "eval_bleu")
 
-    def prepare(self, s, options: Options, output_dir: Path) -> TranslationData:
+    def prepare(self, s, options: TranslationOptions, output_dir: Path) -> TranslationData:
         """One split, one tokenizer, one test set for everybody; a token is a source or target token of a pair."""
         from hf_seq.training.recipes import load_recipe
 
-        corpus, language = options.corpus or DEFAULT_CORPUS, options.target_language or "fr"
-        columns = dict(source_column=options.source_column or "source", target_column=options.target_column or "target")
+        corpus, language = options.corpus or DEFAULT_CORPUS, options.target_language
+        columns = dict(source_column=options.source_column, target_column=options.target_column)
         paths = split_corpus(s, corpus, options.validation, options.test, columns, language, output_dir / "data")
         data = dict(dataset=paths["train"], validation=paths["validation"], test=paths["test"], block_size=s.block_size)
         tree = {"family": "transformer", "task": "seq2seq", "tokenizer": {"vocab_size": s.vocab_size}, "data": data}
@@ -165,6 +174,10 @@ class Translation(study.Study):
             # the first test source of 5 to 12 words (else the first)
             next((x for x in test_sources if 5 <= len(x.split()) <= 12), test_sources[0]),
         )  # fmt: skip
+
+    @property
+    def default_budget(self) -> str:
+        return f"{self.settings['default'].steps:,} steps' pairs"
 
     def metric(self, data) -> str:
         return "test_bleu"
@@ -230,7 +243,7 @@ class Translation(study.Study):
 
     def report(self, result, data, output_dir, title) -> None:
         plot_bleu_by_length(study.largest_records(result), output_dir / "bleu_by_length.png", title)
-        write_translation_report(result, output_dir, self.order)
+        write_translation_report(result, output_dir, self)
 
 
 LINEAGE = Translation()
@@ -239,10 +252,10 @@ LECTURE_ORDER = LINEAGE.order
 
 
 def run(**options) -> dict:
-    """`hf-seq lineage --task translation`: train and score every member at every size and seed (`study.Options`
+    """`hf-seq lineage --task translation`: train and score every member at every size and seed (`TranslationOptions`
     names the options); write lineage.md, lineage.json, bleu_by_length.png, the alignment pictures and the member
     folders into `output_dir`. Returns what lineage.json holds."""
-    return LINEAGE.run(Options(**options))
+    return LINEAGE.run(LINEAGE.make_options(**options))
 
 
 build, matched_size = LINEAGE.build, LINEAGE.matched_size

@@ -1,11 +1,18 @@
 """The study runner: a study (the language-model lineage in `lineage.py`, the translation lineage in
-`lineage_translation.py`) is a table of member rows, its settings and a few hooks; this file owns the flow both
-share. One loop over sizes x members x tuning trials x seeds under one budget (tokens, seconds or FLOPs), with
-parameter-matched sizes, one data preparation for every member, reuse of finished runs, the seeds' summary and the
-ordering statement against the lectures' order.
+`lineage_translation.py`, the forecasting lineage in `lineage_forecasting.py`) is a table of member rows, its
+settings, its own options and a few hooks; this file owns the flow they share. One loop over sizes x members x tuning
+trials x seeds under one budget (tokens, seconds or FLOPs), with parameter-matched sizes, one data preparation for
+every member, reuse of finished runs, the seeds' summary and the ordering statement against the lectures' order.
 
-Adding a member is one `Member` row in its study's table: its name, title, family, config function and knobs. The
-command line's `--members` help and choices come from the rows.
+A study is declared in one place, its module:
+- its members: one `Member` row each (name, title, short name, family, config function, knobs, help line); the
+  command line's `--members` help and choices, the reports' first line and the lectures' order come from the rows;
+- its own options: an `Options` subclass whose fields are declared with `option(default, help)`; `hf-seq lineage`
+  makes a flag of each (`--max-chars`), with that help and default;
+- its titles: `title` (in each member's card), `report_title` and `about` (the `--task` help), `corpus_help`;
+- its records: every member's entry in lineage.json is a `Record` (the fields every study and every kind of member
+  shares) and the figures the study's scoring adds.
+A new member is one row; a new study is one file and one line in `STUDIES`.
 
 A study's hooks, each a method of its `Study` subclass:
 - `prepare(s, options, output_dir)`: the data every member shares (`StudyData`), prepared once;
@@ -17,6 +24,7 @@ A study's hooks, each a method of its `Study` subclass:
 """
 
 import dataclasses
+import importlib
 import json
 import math
 import os
@@ -40,8 +48,9 @@ class Member:
     """One row of a study: its name on the command line, its title in the reports, its family (None for a member
     that is not a neural model, fitted by the study's `fit_fixed`), `config(s, size, dropout, **knobs)`, the family's
     config keys of the member whose free size parameter is `size` (the one `matched_size` searches), its own knobs
-    (`quick`: their values under --quick), the line `--members` shows, and whether the lectures rank it level with
-    the row before it (Bahdanau's and Luong's scores)."""
+    (`quick`: their values under --quick), the line `--members` shows, whether the lectures rank it level with the
+    row before it (Bahdanau's and Luong's scores), and `short`: its name in the report's first line (default: its
+    name)."""
 
     name: str
     title: str
@@ -51,6 +60,11 @@ class Member:
     quick: dict = field(default_factory=dict)
     help: str = ""
     level_with_previous: bool = False
+    short: str = ""
+
+    @property
+    def heading(self) -> str:
+        return self.short or self.name
 
     def knobs_for(self, mode: str) -> dict:
         return self.knobs | (self.quick if mode == "quick" else {})
@@ -79,11 +93,17 @@ class Settings:
     knobs: dict = field(default_factory=dict)
 
 
+def option(default=None, help: str = ""):
+    """A study's own option: a field of its `Options` subclass with its default and the help of its flag."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class Options:
-    """A study's command line (`hf-seq lineage`): the mode, the corpus and its held-out files, one budget, the members,
-    sizes, seeds and tuning trials, and `set`: KEY=VALUE overrides of the settings (`width=256`) and of a member's
-    knobs (`gru.layers=3`), read as recipe values are. The last four are one study's own options."""
+    """What every study's command line (`hf-seq lineage`) takes: the mode, the corpus and its held-out files, one
+    budget, the members, sizes, seeds and tuning trials, and `set`: KEY=VALUE overrides of the settings (`width=256`)
+    and of a member's knobs (`gru.layers=3`), read as recipe values are. A study's own options are the fields of its
+    subclass, declared with `option(default, help)`; `Study.make_options` builds and checks them."""
 
     quick: bool = False
     output_dir: str | Path = "lineage"
@@ -100,16 +120,53 @@ class Options:
     threads: int | None = None
     progress: bool = True
     set: tuple = ()
-    max_chars: int | None = None  # language models: characters of the corpus to read
-    source_column: str | None = None  # translation: the pair's columns, and the gettext catalogs' language
-    target_column: str | None = None
-    target_language: str | None = None
-    id_column: str | None = None  # time series: many series in a long table, and the column that orders them
-    timestamp_column: str | None = None
 
     @property
     def budgets(self) -> dict:
         return dict(tokens=self.budget_tokens, seconds=self.budget_seconds, flops=self.budget_flops)
+
+
+def own_fields(options_class: type) -> tuple[dataclasses.Field, ...]:
+    """The fields a study's options class adds to `Options`: its own options."""
+    shared = {f.name for f in dataclasses.fields(Options)}
+    return tuple(f for f in dataclasses.fields(options_class) if f.name not in shared)
+
+
+@dataclass
+class Record:
+    """One member's run as lineage.json keeps it, the same fields for every study and every kind of member (a trained
+    network, the n-gram, a classical forecaster; None where a field does not apply to it), followed by the figures
+    its study's scoring adds (`to_dict`). The runner adds `target`, `seed` and the tuning `trials`."""
+
+    name: str
+    title: str
+    family: str | None  # None: a member that is not trained (fitted by the study's `fit_fixed`)
+    params: int | None = None
+    non_embedding_params: int | None = None
+    flops_per_token: float | None = None
+    learning_rate: float | None = None
+    dropout: float | None = None
+    best_step: int | None = None
+    epochs: float | None = None
+    steps: int | None = None
+    train_tokens: int | None = None  # what the budget counts: tokens, a pair's tokens or values
+    seconds: float = 0.0
+    config: dict | None = None  # the family's config keys
+    curve: list = field(default_factory=list)  # the periodic evaluations (a fit: its refits on growing prefixes)
+    final_eval_loss: float | None = None
+    trials: list = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return None if self.train_tokens is None else self.train_tokens / max(self.seconds, 1e-9)
+
+    def to_dict(self, figures: dict) -> dict:
+        """The record with its tokens per second and the study's `figures` (a field named again is refused)."""
+        record = dataclasses.asdict(self) | {"tokens_per_second": self.tokens_per_second}
+        clash = sorted(record.keys() & figures.keys())
+        if clash:
+            raise ValueError(f"{self.name}: the study's figures {clash} are Record fields; set them on the Record")
+        return record | figures
 
 
 @dataclass
@@ -151,14 +208,17 @@ class Plan:
 class Study:
     """A study's table and hooks (see the module's docstring); `run(options)` is the whole study."""
 
-    name: str  # `hf-seq lineage --task NAME`
+    name: str  # `hf-seq lineage --task NAME`: its key in STUDIES
     rows: tuple[Member, ...]
     settings: dict  # "default" and "quick": Settings
+    options_class: type = Options  # its own options: the fields an Options subclass adds
     auto_class: str
     title: str  # in each member's card: "the {title}"
+    report_title: str  # lineage.md's first line: "The {report_title}: " and the members' short names
+    about: str  # what it compares, in `--task`'s help
     default_corpus: str
+    corpus_help: str  # the default corpus, in `--corpus`'s help
     size_limit: int = 256  # the largest size parameter matched_size tries, in embedding widths
-    own_options: tuple[str, ...] = ()  # the Options fields only this study takes
     files: str = ""  # what it writes, said at the end of the command
     higher_is_better: bool = False
     budget_unit: str = "training tokens"
@@ -180,6 +240,35 @@ class Study:
             else:
                 groups.append(row.name)
         return tuple(groups)
+
+    def heading(self, names) -> str:
+        """lineage.md's first line: the study and the short names of the members `names`, in the rows' order."""
+        names = set(names)
+        return f"# The {self.report_title}: " + ", ".join(row.heading for row in self.rows if row.name in names)
+
+    @property
+    def default_budget(self) -> str:
+        """The token budget without --budget-*, in words (`--budget-tokens`' help)."""
+        return f"{self.settings['default'].budget_tokens:,} {self.budget_unit}"
+
+    def make_options(self, **values) -> Options:
+        """This study's options from `values` (the command line's, or `run(**options)`'s); an option it does not take
+        is refused, naming the studies that take it."""
+        allowed = {f.name for f in dataclasses.fields(self.options_class)}
+        for name, value in values.items():
+            if name in allowed:
+                continue
+            flag = "--" + name.replace("_", "-")
+            takers = [other for other in STUDIES if name in get_study(other).own_options]
+            own = ", ".join("--" + o.replace("_", "-") for o in self.own_options) or "none"
+            where = f"is for --task {' or '.join(takers)}" if takers else "is not an option of any study"
+            raise InvalidValueError(f"lineage: {flag} {value!r} {where}; --task {self.name}'s own options: {own}")
+        return self.options_class(**values)
+
+    @property
+    def own_options(self) -> tuple[str, ...]:
+        """The names of the options only this study takes."""
+        return tuple(f.name for f in own_fields(self.options_class))
 
     def row(self, name: str) -> Member:
         for row in self.rows:
@@ -305,6 +394,31 @@ class Study:
         return result
 
 
+# The studies `hf-seq lineage --task NAME` runs: NAME -> the module whose `LINEAGE` is the study. The first is the
+# default. Modules are imported when a study is asked for, and a study module imports no torch until it runs, so
+# `hf-seq --help` reads every study's rows and options cheaply.
+STUDIES = {
+    "language_model": "hf_seq.experiments.lineage",
+    "translation": "hf_seq.experiments.lineage_translation",
+    "time_series": "hf_seq.experiments.lineage_forecasting",
+}
+
+
+def get_study(name: str) -> Study:
+    """The study `hf-seq lineage --task name` runs."""
+    if name not in STUDIES:
+        raise InvalidValueError(f"lineage: --task {name!r} is not a study; allowed values: {list(STUDIES)}")
+    found = importlib.import_module(STUDIES[name]).LINEAGE
+    if found.name != name:
+        raise ValueError(f"STUDIES[{name!r}] is the module of a study named {found.name!r}: use one name for both")
+    return found
+
+
+def all_studies() -> dict[str, Study]:
+    """Every registered study, by name, in STUDIES' order."""
+    return {name: get_study(name) for name in STUDIES}
+
+
 def shared_data(recipe, output_dir: Path):
     """The study's data prepared once, with one tokenizer trained on its training split and saved in
     `output_dir/tokenizer`, from where every member's recipe names it: (the prepared data, that folder)."""
@@ -407,10 +521,14 @@ class StudyRun:
             steps = max(1, math.ceil(plan.steps * TUNE_FRACTION)) if plan.steps else None
             got = self.train(row, plan, trial, 0, folder, steps, seconds and seconds * TUNE_FRACTION, False)
             trials.append(trial | {k: v for k, v in got.items() if k != "curve"})
-            self.say(f"lineage: {row.name} trial {k}: {trial} -> validation loss {got['eval_loss']:.4f}")
-        if trials:
-            best = min(trials, key=lambda t: t["eval_loss"])
+            if "diverged" not in got:
+                self.say(f"lineage: {row.name} trial {k}: {trial} -> validation loss {got['eval_loss']:.4f}")
+        finished = [t for t in trials if "diverged" not in t]  # a trial that diverged is reported, never chosen
+        if finished:
+            best = min(finished, key=lambda t: t["eval_loss"])
             chosen = {k: best[k] for k in ("learning_rate", "dropout")}
+        elif trials:
+            self.say(f"lineage: {row.name}: every trial diverged; trained with the defaults")
         return trials, chosen
 
     def build(self, row: Member, size: int, device: str = "meta"):
@@ -447,6 +565,7 @@ class StudyRun:
         """One training run through `hf_seq.training.run` (or a finished run of the very same recipe, reused): a
         tuning trial or a pilot reports its `trial_keys`, seconds and validation curve; a final run (`score`) is
         scored by the study."""
+        from hf_seq.training.divergence import DivergenceError
         from hf_seq.training.pretraining import run
         from hf_seq.training.recipes import load_recipe
         from hf_seq.training.runs import finished_run
@@ -468,8 +587,15 @@ class StudyRun:
         recipe = load_recipe(tree)
         result = finished_run(recipe)
         if result is None:
-            result = run(recipe, progress=self.options.progress, overwrite=True,
-                         prepared=member_data(data.prepared, data.eval_examples))  # fmt: skip
+            try:
+                result = run(recipe, progress=self.options.progress, overwrite=True,
+                             prepared=member_data(data.prepared, data.eval_examples))  # fmt: skip
+            except DivergenceError as error:
+                if score:  # the settings chosen from trials that did not diverge: say so, in one line
+                    raise DivergenceError(f"lineage: {row.name}'s scored run: {error}") from None
+                self.say(f"lineage: {folder.name}: failed, not selected: {error}")
+                failed = {k: 0 if k == "steps" else None for k in self.study.trial_keys}  # no figures to report
+                return failed | {"seconds": 0.0, "curve": [], "diverged": str(error)}
         elif self.options.progress:
             print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
         summary = result.summary
@@ -477,15 +603,15 @@ class StudyRun:
             curve = [(c["step"] * data.tokens_per_step, c["eval_loss"]) for c in result.evaluations]
             steps_only = summary["seconds"] - summary.get("eval_seconds", 0.0)  # the pilots' speed, evaluations aside
             return {k: summary[k] for k in self.study.trial_keys} | {"seconds": steps_only, "curve": curve}
-        record = {"name": row.name, "title": row.title, "family": row.family, "config": recipe.model}
-        record |= {"params": plan.params, "non_embedding_params": plan.non_embedding, "flops_per_token": plan.flops}
-        record |= settings | {"best_step": summary.get("best_step"), "epochs": summary.get("epochs")}
-        record |= {"steps": summary["steps"], "train_tokens": summary["steps"] * data.tokens_per_step}
-        record |= {"seconds": summary["seconds"]}
-        record["tokens_per_second"] = record["train_tokens"] / max(summary["seconds"], 1e-9)
-        record["curve"] = [{k: c.get(k) for k in self.study.curve_keys} for c in result.evaluations]
-        record["final_eval_loss"] = result.evaluations[-1]["eval_loss"] if result.evaluations else None
-        return record | self.study.score(row, result, plan, data, s)
+        record = Record(
+            row.name, row.title, row.family, plan.params, plan.non_embedding, plan.flops,
+            learning_rate=settings["learning_rate"], dropout=settings["dropout"], best_step=summary.get("best_step"),
+            epochs=summary.get("epochs"), steps=summary["steps"], train_tokens=summary["steps"] * data.tokens_per_step,
+            seconds=summary["seconds"], config=recipe.model,
+            curve=[{k: c.get(k) for k in self.study.curve_keys} for c in result.evaluations],
+            final_eval_loss=result.evaluations[-1]["eval_loss"] if result.evaluations else None,
+        )  # fmt: skip
+        return record.to_dict(self.study.score(row, result, plan, data, s))
 
 
 def build(row: Member, s, size: int, vocab_size: int, auto_class: str, device: str = "meta"):
