@@ -3,6 +3,8 @@ bottom up, nothing imports upward), and docs/guide/layout.md shows the layout th
 sources with `ast` (docs/layout.py), imports inside functions included: a function-level import hides a circle from
 Python at import time, not from a reader."""
 
+import ast
+
 from docs.layout import BEGIN, END, PACKAGE, PAGE, import_graph, page_with, render, room
 from hf_seq.faces import LAYERS
 
@@ -123,3 +125,28 @@ def test_the_page_would_show_a_new_room_and_a_new_arrow():
     """The drawing follows the graph: another layer table gives another picture."""
     moved = tuple((*names, "cli") if "studio" in names else tuple(n for n in names if n != "cli") for names in LAYERS)
     assert render(tuple(names for names in moved if names)) != render(LAYERS)
+
+
+# Functions allowed past 80 lines: flat tables, read row by row, that a split would only scatter.
+FLAT_TABLES = {
+    "hf_seq.training.recipes.validate": "one check per recipe key, each with its message",
+}
+
+
+def long_functions(limit: int = 80) -> dict[str, int]:
+    """Every function of hf_seq longer than `limit` lines, by its dotted name."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(("hf_seq", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > limit:
+                    found[f"{module}.{node.name}"] = length
+    return found
+
+
+def test_no_function_is_over_80_lines_except_the_flat_tables():
+    found = {name: length for name, length in long_functions().items() if name not in FLAT_TABLES}
+    assert not found, f"functions over 80 lines: {found}"
+    assert set(FLAT_TABLES) <= set(long_functions()), "a flat table got short: drop it from FLAT_TABLES"

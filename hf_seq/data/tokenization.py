@@ -28,6 +28,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from hf_seq.errors import InvalidValueError
+
 STYLES = ("byte_level", "bert")
 BYTE_ALPHABET_SIZE = 256
 
@@ -122,22 +124,22 @@ def train_bpe_tokenizer(
 def _checked_arguments(style, special_tokens, vocab_size, min_frequency, model_max_length) -> tuple[dict, list]:
     """`train_bpe_tokenizer`'s arguments checked: the style's named special tokens and the extra ones."""
     if style not in _STYLE_SPECIAL_TOKENS:
-        raise ValueError(f"train_bpe_tokenizer: style={style!r} is not supported; allowed values: {list(STYLES)}.")
+        raise InvalidValueError(f"train_bpe_tokenizer: style={style!r} is not supported; allowed values: {list(STYLES)}.")
     named = _STYLE_SPECIAL_TOKENS[style]
     extras = _check_extra_special_tokens(special_tokens, named)
     all_special = [*named.values(), *extras]
     smallest = BYTE_ALPHABET_SIZE + len(all_special)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
-        raise ValueError(
+        raise InvalidValueError(
             f"train_bpe_tokenizer: vocab_size={vocab_size!r} is too small; it must hold the {BYTE_ALPHABET_SIZE} byte "
             f"symbols and the {len(all_special)} special tokens, so at least {smallest} (and more to learn any merges)."
         )
     if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"train_bpe_tokenizer: min_frequency must be a positive integer, got {min_frequency!r}.")
+        raise InvalidValueError(f"train_bpe_tokenizer: min_frequency must be a positive integer, got {min_frequency!r}.")
     if model_max_length is not None and (
         isinstance(model_max_length, bool) or not isinstance(model_max_length, int) or model_max_length < 1
     ):
-        raise ValueError(
+        raise InvalidValueError(
             f"train_bpe_tokenizer: model_max_length must be a positive integer (the model's context length) or None, "
             f"got {model_max_length!r}."
         )
@@ -172,7 +174,7 @@ def check_special_tokens(
     required = tuple(required)
     unknown = [name for name in required if name not in _SPECIAL_TOKEN_ROLES]
     if unknown:
-        raise ValueError(
+        raise InvalidValueError(
             f"check_special_tokens: unknown special token names {unknown}; allowed: {list(_SPECIAL_TOKEN_ROLES)}."
         )
     ids, missing = {}, []
@@ -186,7 +188,7 @@ def check_special_tokens(
     if missing:
         where = f" for {purpose}" if purpose else ""
         example = ", ".join(f"'{name}': '...'" for name in missing)
-        raise ValueError(
+        raise InvalidValueError(
             f"The tokenizer lacks the special tokens {missing} needed{where}. Add them with "
             f"tokenizer.add_special_tokens({{{example}}}) and resize the model's embeddings "
             "(model.resize_token_embeddings(len(tokenizer))), or train one with "
@@ -200,13 +202,13 @@ def _check_extra_special_tokens(special_tokens, named: dict[str, str]) -> list[s
     if special_tokens is None:
         return []
     if isinstance(special_tokens, str):
-        raise ValueError(
+        raise InvalidValueError(
             f"special_tokens must be a list of strings, got the string {special_tokens!r}; wrap it in a list."
         )
     extras = []
     for token in special_tokens:
         if not isinstance(token, str) or not token.strip():
-            raise ValueError(f"special_tokens must be non-empty strings, got {token!r}.")
+            raise InvalidValueError(f"special_tokens must be non-empty strings, got {token!r}.")
         if token not in extras and token not in named.values():  # the style's own tokens are always there
             extras.append(token)
     return extras
@@ -216,7 +218,7 @@ def _train(tokenizer: Tokenizer, trainer, corpus, text_column: str) -> None:
     files = _as_files(corpus)
     if files is not None:
         if not any(_has_text(path) for path in files):
-            raise ValueError(
+            raise InvalidValueError(
                 f"train_bpe_tokenizer: the corpus is empty: the files {[str(p) for p in files]} hold no text."
             )
         tokenizer.train([str(path) for path in files], trainer)
@@ -224,7 +226,7 @@ def _train(tokenizer: Tokenizer, trainer, corpus, text_column: str) -> None:
     texts = _CountingTexts(_iter_texts(corpus, text_column))
     tokenizer.train_from_iterator(texts, trainer, length=_length(corpus))
     if texts.characters == 0:
-        raise ValueError("train_bpe_tokenizer: the corpus is empty (no text to learn from).")
+        raise InvalidValueError("train_bpe_tokenizer: the corpus is empty (no text to learn from).")
 
 
 def _as_files(corpus) -> list[Path] | None:
@@ -242,11 +244,11 @@ def _as_files(corpus) -> list[Path] | None:
     missing = [str(item) for item in items if not Path(item).is_file()]
     if missing:
         if len(items) == 1 and isinstance(corpus, str) and not _LOOKS_LIKE_PATH.match(corpus):
-            raise ValueError(
+            raise InvalidValueError(
                 f"train_bpe_tokenizer: corpus is a single string that is not a file: {corpus[:60]!r}. "
                 "Pass texts as a list of strings, or the path of an existing file."
             )
-        raise ValueError(f"train_bpe_tokenizer: corpus file(s) not found: {missing}.")
+        raise InvalidValueError(f"train_bpe_tokenizer: corpus file(s) not found: {missing}.")
     return [Path(item) for item in items]
 
 
@@ -270,13 +272,13 @@ def _is_datasets_object(corpus) -> bool:
 def _iter_texts(corpus, text_column: str) -> Iterator[str]:
     if _is_datasets_object(corpus):
         if type(corpus).__name__ in ("DatasetDict", "IterableDatasetDict"):
-            raise ValueError(
+            raise InvalidValueError(
                 f"train_bpe_tokenizer: got a {type(corpus).__name__} with splits {list(corpus)}; pass one split, "
                 "e.g. corpus['train']."
             )
         columns = corpus.column_names
         if columns is not None and text_column not in columns:
-            raise ValueError(f"train_bpe_tokenizer: the dataset has no column {text_column!r}; its columns: {columns}.")
+            raise InvalidValueError(f"train_bpe_tokenizer: the dataset has no column {text_column!r}; its columns: {columns}.")
         if hasattr(corpus, "iter"):
             for batch in corpus.iter(batch_size=1000):
                 yield from _check_texts(batch[text_column])
@@ -284,7 +286,7 @@ def _iter_texts(corpus, text_column: str) -> Iterator[str]:
             yield from _check_texts(row[text_column] for row in corpus)
         return
     if isinstance(corpus, (bytes, dict)) or not isinstance(corpus, Iterable):
-        raise ValueError(
+        raise InvalidValueError(
             "train_bpe_tokenizer: corpus must be an iterable of strings, a file path or a list of them, or a "
             f"datasets.Dataset; got {type(corpus).__name__}."
         )
@@ -294,7 +296,7 @@ def _iter_texts(corpus, text_column: str) -> Iterator[str]:
 def _check_texts(texts: Iterable) -> Iterator[str]:
     for text in texts:
         if not isinstance(text, str):
-            raise ValueError(
+            raise InvalidValueError(
                 f"train_bpe_tokenizer: the corpus must hold strings, found a {type(text).__name__}: {text!r:.60}."
             )
         yield text

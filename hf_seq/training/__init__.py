@@ -42,6 +42,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "train_step",
         ],
         "finetuning": ["finetune"],
+        "divergence": ["DivergenceError"],
         "runs": [
             "RunResult",
             "budget_note",

@@ -56,6 +56,19 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
+def last_finite_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete checkpoint whose weights are all finite (a run that diverged may have saved weights that
+    were already inf or NaN before its loss said so)."""
+    import torch
+    from safetensors.torch import load_file
+
+    for folder in checkpoints(output_dir):
+        weights = sorted(folder.glob("model*.safetensors"))
+        if weights and all(bool(torch.isfinite(v).all()) for f in weights for v in load_file(f).values()):
+            return folder
+    return None
+
+
 def save_checkpoint(
     accelerator: Accelerator, output_dir: Path, state: dict, scheduler, keep: int, shards=None, data=None
 ) -> None:

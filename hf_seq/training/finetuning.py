@@ -3,6 +3,7 @@ translation, from a recipe. The model starts from a saved checkpoint (`model.fro
 scratch (config keys). The data, the collator and the final evaluation come from the task table (`hf_seq.data.tasks`),
 as for `hf-seq train`, so `hf-seq evaluate` on the saved folder measures the same numbers."""
 
+import json
 import math
 import os
 import time
@@ -13,6 +14,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, Trai
 
 from hf_seq.data import tasks
 from hf_seq.errors import MissingFileError
+from hf_seq.training.divergence import Diverged, DivergenceError, check_loss, explain
 from hf_seq.training.recipes import Recipe, resolve_tracker
 from hf_seq.training.runs import (
     RunResult,
@@ -42,6 +44,35 @@ class WallClockBudget(TrainerCallback):
             torch.distributed.all_reduce(over, op=torch.distributed.ReduceOp.MAX)
         if over.item():
             control.should_training_stop = True
+
+
+class DivergenceStop(TrainerCallback):
+    """Trainer's logged loss and gradient norm checked as the accelerate loop checks its own (`divergence`): a loss
+    that is not finite or above training.max_loss stops the run with the reason, recorded in metrics.json. Trainer
+    applies a step before it logs it, so the weights kept are those of its last checkpoint."""
+
+    def __init__(self, recipe: Recipe):
+        self.recipe = recipe
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        for key, held_out in (("loss", False), ("eval_loss", True)):
+            if key in logs:
+                try:
+                    check_loss(float(logs[key]), self.recipe.training, logs.get("grad_norm"), held_out)
+                except Diverged as diverged:
+                    self.stop(diverged, state, args)
+
+    def stop(self, diverged: Diverged, state, args) -> None:
+        output_dir = Path(self.recipe.training.output_dir)
+        kept = sorted(Path(args.output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        kept = kept[-1] if kept else None
+        if state.is_world_process_zero:
+            stopped = {"reason": "diverged", "step": state.global_step, "loss": diverged.loss,
+                       "grad_norm": diverged.grad_norm, "last_checkpoint": str(kept) if kept else None}  # fmt: skip
+            output_dir.mkdir(parents=True, exist_ok=True)
+            (output_dir / "metrics.json").write_text(json.dumps({"stopped": stopped, "log_history": state.log_history}))
+        raise DivergenceError(explain(diverged, state.global_step, self.recipe, kept, output_dir / "metrics.json"))
 
 
 def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> RunResult:
@@ -76,7 +107,7 @@ def finetune(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> R
         data_collator=task.collator(recipe, tokenizer, model),
         processing_class=tokenizer,
         compute_metrics=task.trainer_metrics(tokenizer, model),
-        callbacks=[WallClockBudget(t.max_seconds)] if t.max_seconds else None,
+        callbacks=[DivergenceStop(recipe), *([WallClockBudget(t.max_seconds)] if t.max_seconds else [])],
     )
     if budget_note(t) and trainer.is_world_process_zero():
         print(budget_note(t))
@@ -130,6 +161,7 @@ def trainer_arguments(recipe: Recipe, per_device: int, generates: bool) -> Train
         save_steps=t.save_every,
         save_total_limit=t.keep_checkpoints,
         logging_steps=max(1, min(10, t.eval_every)),
+        logging_nan_inf_filter=False,  # a NaN loss is reported as it is, so that DivergenceStop sees it
         seed=t.seed,
         bf16=t.mixed_precision == "bf16",
         fp16=t.mixed_precision == "fp16",

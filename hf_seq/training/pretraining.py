@@ -43,10 +43,13 @@ from hf_seq.training.checkpointing import (
     check_output_dir,
     keep_best,
     keep_snapshot,
+    last_finite_checkpoint,
     load_checkpoint,
     save_checkpoint,
     snapshot_steps,
 )
+from hf_seq.training.divergence import Diverged, DivergenceError, check_loss, explain
+from hf_seq.training.memory import check_recipe_fits
 from hf_seq.training.recipes import SELECT_BY, Recipe, RecipeError, resolve_tracker
 from hf_seq.training.runs import (
     RunResult,
@@ -150,6 +153,7 @@ def setup(recipe: Recipe, resume: bool, overwrite: bool, prepared=None) -> Sessi
     )
     note_launch_shortfall(accelerator, fsdp)
     check_batch_split(t, accelerator.num_processes)
+    check_recipe_fits(recipe, accelerator.device, accelerator.num_processes)  # before any data or weights
     if accelerator.is_main_process:
         check_output_dir(recipe, output_dir, resume, overwrite)
     accelerator.wait_for_everyone()
@@ -163,7 +167,7 @@ def setup(recipe: Recipe, resume: bool, overwrite: bool, prepared=None) -> Sessi
     set_seed(t.seed)
     model = build_model(recipe, prepared)
     collator = prepared.task.collator(recipe, prepared.tokenizer, model)
-    if fsdp:  # hf-seq shards the model itself (hf_seq/sharding.py); accelerate launched the processes
+    if fsdp:  # hf-seq shards the model itself (hf_seq/training/sharding.py); accelerate launched the processes
         model = shard_model(model, fsdp, accelerator, t)
         optimizer = make_optimizer(model, t, accelerator)
     else:
@@ -314,10 +318,14 @@ def loop(session: Session, progress: bool) -> None:
                 session.prepared.train, session.collator, s.step, t, accelerator, recipe.data.shuffle,
                 recipe.data.batch_tokens,
             )  # fmt: skip
-            loss = train_step(
-                session.model, session.optimizer, session.scheduler, batches, session.prepared.task, t, accelerator,
-                sharded=bool(session.fsdp),
-            )  # fmt: skip
+            try:
+                loss = train_step(
+                    session.model, session.optimizer, session.scheduler, batches, session.prepared.task, t,
+                    accelerator, sharded=bool(session.fsdp),
+                )  # fmt: skip
+            except Diverged as diverged:
+                bar.close()
+                stop_diverged(session, diverged, s.step + 1)
             s.step += 1
             s.tokens += sum(session.prepared.task.count_inputs(b) for b in batches) * accelerator.num_processes
             count_tokens(s, batches, session.prepared.task, accelerator)
@@ -379,6 +387,12 @@ def evaluate_now(session: Session, bar, last: bool) -> bool:
     metrics = tasks.evaluate(recipe, session.prepared, session.plain, accelerator.device)
     elapsed = time.perf_counter() - started
     s.evaluations.append({"step": s.step, "tokens": s.tokens, "seconds": s.seconds} | metrics)
+    if isinstance(metrics.get("eval_loss"), float):
+        try:
+            check_loss(metrics["eval_loss"], t, held_out=True)
+        except Diverged as diverged:
+            bar.close()
+            stop_diverged(session, diverged, s.step)
     s.eval_seconds += elapsed
     s.seconds += elapsed  # the run's clock so far includes this evaluation
     if session.tracker:
@@ -482,7 +496,7 @@ def make_optimizer(model: torch.nn.Module, t, accelerator: Accelerator) -> torch
 
 
 def shard_model(model: torch.nn.Module, settings, accelerator: Accelerator, t) -> torch.nn.Module:
-    """FSDP2 units over the processes (hf_seq/sharding.py), the recipe's autocast on the forward (the parameters
+    """FSDP2 units over the processes (hf_seq/training/sharding.py), the recipe's autocast on the forward (the parameters
     stay fp32, as in an unsharded run), and `training.compile` in place."""
     import types
 
@@ -607,6 +621,25 @@ def token_summary(state: TrainState) -> dict:
     }
 
 
+def stop_diverged(session: Session, diverged: Diverged, step: int) -> None:
+    """Keep the last finite weights as a checkpoint, record why the run stopped in metrics.json, and raise the
+    one-line error."""
+    s, t, recipe, accelerator = session.state, session.recipe.training, session.recipe, session.accelerator
+    finite = all(bool(torch.isfinite(p).all()) for p in session.plain.parameters())
+    if s.step > 0 and finite:  # the weights the step that diverged started from (that step was not applied)
+        save_checkpoint(accelerator, session.output_dir, dataclasses.asdict(s), session.scheduler,
+                        t.keep_checkpoints, shards=session.shards, data=session.prepared.train)  # fmt: skip
+    kept = last_finite_checkpoint(session.output_dir)
+    loss_name = "held_out_loss" if diverged.held_out else "training_loss"
+    stopped = {"reason": "diverged", "step": step, loss_name: diverged.loss, "grad_norm": diverged.grad_norm,
+               "last_finite_checkpoint": str(kept) if kept else None}  # fmt: skip
+    if accelerator.is_main_process:
+        summary = {"steps": s.step, "tokens": s.tokens, "seconds": s.seconds, "losses": s.losses}
+        metrics = {"stopped": stopped, **summary, "evaluations": s.evaluations}
+        (session.output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    raise DivergenceError(explain(diverged, step, recipe, kept, session.output_dir / "metrics.json"))
+
+
 def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accelerator, sharded: bool = False) -> float:
     """One optimizer step over the global batch; returns its mean loss per predicted token. `sharded`: an FSDP2
     model, which reduce-scatters its gradients itself (once per step: the last micro-batch) and clips them as
@@ -622,14 +655,17 @@ def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accele
             loss = model(**batch, num_items_in_batch=num_items).loss
             accelerator.backward(loss * accelerator.num_processes)
         step_loss += loss.detach()
+    norm = None
     if t.max_grad_norm and sharded:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
     elif t.max_grad_norm:
-        accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+        norm = accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+    mean_loss = accelerator.reduce(step_loss, reduction="sum").item()
+    check_loss(mean_loss, t, norm)  # before the optimizer: the weights stay as they were when the step went wrong
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return accelerator.reduce(step_loss, reduction="sum").item()
+    return mean_loss
 
 
 def set_scheduled_sampling(recipe: Recipe, model, step: int) -> None:

@@ -3,6 +3,7 @@ key, a value of the wrong type or a family that cannot do the task fails with th
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ class TokenizerRecipe:
 
 @dataclass
 class DataRecipe:
-    # stdlib | gettext | reversal | dates | parentheses | python-tokens | local file(s) | a Hub dataset name[:config]
+    # a name of hf_seq.data.corpora.EMBEDDED_DATA (the data built into hf-seq), local file(s) or a Hub dataset
+    # name[:config]
     dataset: str | list[str] = "stdlib"
     validation: str | list[str] | None = None  # held-out file(s) or a Hub split; default: the dataset's own split,
     test: str | list[str] | None = None  # else eval_fraction of the documents (test: only when given or on the Hub)
@@ -93,6 +95,9 @@ class TrainingRecipe:
     warmup_steps: int = 20
     scheduler: str = "cosine"
     max_grad_norm: float = 1.0
+    # A step whose training loss is not finite, or above this (nats per token; None: only non-finite), stops the run
+    # with the reason, keeping the last finite weights: far above any loss a model that is learning reports
+    max_loss: float | None = 1.0e4
     mixed_precision: str = "no"
     eval_every: int = 100
     save_every: int = 100
@@ -157,23 +162,68 @@ def _check_type(key: str, value, annotation):
                 errors.append(error)
         raise errors[0]
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        return _in_range(key, float(value))
     if annotation is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
-            pass
+            number = None
+        if number is not None:
+            return _in_range(key, number)
     if annotation is dict and isinstance(value, dict):
         return value
     if origin is list and isinstance(value, list):
         (item,) = typing.get_args(annotation)
         return [_check_type(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
     if annotation in (int, float, str, bool) and type(value) is annotation:
-        return value
+        return _in_range(key, value)
     hint = " (YAML reads no/yes/on/off as booleans: quote the value, e.g. 'no')" if isinstance(value, bool) else ""
     raise RecipeError(
         f"recipe key {key!r}: expected {getattr(annotation, '__name__', annotation)}, got {value!r}{hint}"
     )
+
+
+# The largest integer a tensor index or size can hold (int64): a larger value cannot mean a size, a count or a step.
+LARGEST_INT = 2**63 - 1
+
+
+def _in_range(key: str, value):
+    """A number a recipe can mean: finite (a NaN weight decay or an infinite learning rate trains to NaN weights and
+    exits 0), and an integer a tensor can index."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RecipeError(f"recipe key {key!r}: {value!r} is not a finite number; give a finite value")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_INT:
+        raise RecipeError(
+            f"recipe key {key!r}: {value} is beyond what a tensor can index (at most 2**63 - 1 = {LARGEST_INT})"
+        )
+    return value
+
+
+def read_model_floats(model: dict, config_class) -> None:
+    """The model section's values for the config's float fields read as numbers where YAML 1.1 left a string
+    (`model.initializer_range=1e30`: no dot, so a string), as the typed sections' floats are."""
+    fields = getattr(config_class, "__dataclass_fields__", {})
+    for key, value in model.items():
+        kind = str(fields[key].type) if key in fields else ""
+        if isinstance(value, str) and "float" in kind and not any(c in kind for c in ("list", "dict", "tuple")):
+            try:
+                model[key] = float(value)
+            except ValueError:
+                pass  # the config names the key and what it expects
+
+
+def check_model_numbers(model: dict, prefix: str = "model") -> None:
+    """The model section's numbers, which its config checks for type and sign but not for sense: finite, and
+    integers a tensor can index (nested sections included)."""
+    for key, value in model.items():
+        if isinstance(value, dict):
+            check_model_numbers(value, f"{prefix}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, int | float):
+                    _in_range(f"{prefix}.{key}[{i}]", item)
+        elif isinstance(value, int | float):
+            _in_range(f"{prefix}.{key}", value)
 
 
 def _build(cls, values: dict, prefix: str):
@@ -379,6 +429,16 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         if getattr(t, name) <= 0:
             raise RecipeError(f"recipe key 'training.{name}' must be positive, got {getattr(t, name)}")
     d = recipe.data
+    if d.block_size < 2:  # a one-token block has nothing to predict: its loss would be 0 / 0
+        raise RecipeError(
+            f"recipe key 'data.block_size' must be at least 2 (a token to read and one to predict), got {d.block_size}"
+        )
+    smallest = 256 + 4  # a byte-level BPE vocabulary: the 256 byte symbols and the special tokens
+    if recipe.tokenizer.path is None and recipe.tokenizer.vocab_size < smallest:
+        raise RecipeError(
+            f"recipe key 'tokenizer.vocab_size' must be at least {smallest} (the 256 byte symbols and the special "
+            f"tokens of a byte-level BPE tokenizer, and more to learn any merges), got {recipe.tokenizer.vocab_size}"
+        )
     for key, value, low, high in (
         ("data.eval_fraction", d.eval_fraction, 0.0, 1.0),
         ("data.mlm_probability", d.mlm_probability, 0.0, 1.0),
@@ -439,10 +499,14 @@ def validate(recipe: Recipe, command: str = "train") -> None:
     if command == "finetune":
         allowed.add("from_pretrained")
     allowed |= set(getattr(fam.config_class, "option_groups", {})) | set(getattr(fam.config_class, "attribute_map", {}))
-    if TASKS[recipe.task].series:  # the forecasting head's keys (models/prediction.py), checked by series.py
+    if TASKS[recipe.task].series:  # the forecasting fields, checked as the head will check them (prediction_length set)
         from hf_seq.data.series import prediction_settings
 
-        allowed |= set(prediction_settings(recipe.model))
+        prediction_settings(recipe.model)
+    else:  # the configs' forecasting fields are for the time_series task only
+        from hf_seq.models.prediction import PREDICTION_DEFAULTS
+
+        allowed -= set(PREDICTION_DEFAULTS)
     unknown = sorted(set(recipe.model) - allowed)
     if unknown:
         import difflib
@@ -454,6 +518,8 @@ def validate(recipe: Recipe, command: str = "train") -> None:
             + (f"; {hint}" if hint else "")
             + f"; allowed: {sorted(allowed)}"
         )
+    read_model_floats(recipe.model, fam.config_class)
+    check_model_numbers(recipe.model)
     # the model section must build a valid config (its own checks name the option and the allowed values)
     try:
         fam.config_class(**{k: v for k, v in recipe.model.items() if k != "from_pretrained"})
