@@ -193,8 +193,10 @@ def cmd_train_tokenizer(args) -> None:
 
 def cmd_card(args) -> None:
     from hf_seq.hub.cards import write_card
+    from hf_seq.training.runs import open_run
 
-    print(f"wrote {write_card(args.folder, repo_id=args.repo_id)}")
+    run = open_run(args.folder, hub=False)  # the card describes a model that loads, with the weights it was saved with
+    print(f"wrote {write_card(run.folder, metrics=run.summary, repo_id=args.repo_id)}")
 
 
 def cmd_push(args) -> None:
@@ -209,8 +211,7 @@ def cmd_evaluate(args) -> None:
     from hf_seq.data.tasks import describe_scoring
     from hf_seq.training.runs import evaluate_folder
 
-    _model_folder(args.folder)
-    metrics = evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides)
+    metrics = evaluate_folder(args.folder, recipe=args.recipe, overrides=args.overrides)  # opened by open_run
     if args.json:
         print(json.dumps(metrics, indent=2))
         return
@@ -225,9 +226,10 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_generate(args) -> None:
-    from transformers import AutoConfig, pipeline
+    from transformers import pipeline
 
     import hf_seq  # noqa: F401  (registers the families and the translation pipeline)
+    from hf_seq.training.runs import open_run
 
     if args.prompt is None and args.file is None:
         raise InvalidValueError("give --prompt TEXT or --file FILE (one prompt per line)")
@@ -236,20 +238,16 @@ def cmd_generate(args) -> None:
     prompts = [args.prompt] if args.prompt is not None else Path(args.file).read_text().splitlines()
     if not prompts:
         raise InvalidValueError(f"--file {args.file} holds no prompts (one prompt per line)")
-    _model_folder(args.folder)
-    if Path(args.folder).is_dir():
-        from hf_seq.hub.checksums import verify_checksums
-
-        verify_checksums(args.folder)  # weights damaged since the run saved them
+    if args.greedy and (args.num_beams not in (None, 1) or args.do_sample):
+        raise InvalidValueError("--greedy decodes with one beam and no sampling: drop --num-beams / --do-sample")
+    run = open_run(args.folder, accept=("AutoModelForCausalLM", "AutoModelForSeq2SeqLM"))
     if args.seed is not None:
         from transformers import set_seed
 
         set_seed(args.seed)
-    config = AutoConfig.from_pretrained(args.folder)
+    config = run.model.config
     pipeline_name = "translation" if config.is_encoder_decoder else "text-generation"
-    generator = pipeline(pipeline_name, model=args.folder)
-    if args.greedy and (args.num_beams not in (None, 1) or args.do_sample):
-        raise InvalidValueError("--greedy decodes with one beam and no sampling: drop --num-beams / --do-sample")
+    generator = pipeline(pipeline_name, model=run.model, tokenizer=run.tokenizer)
     # Unset options come from the folder's generation config: a translation model decodes as its evaluations did
     # (beam search, length penalty, output length a x source + b); a language model continues for 50 tokens.
     limit = args.max_new_tokens or (None if config.is_encoder_decoder else 50)
@@ -306,18 +304,6 @@ def _number_in(low: float, high: float, what: str):
     return parse
 
 
-def _model_folder(folder: str) -> str:
-    """A local model folder must hold config.json (a name that is not a local path is left to the Hub)."""
-    path = Path(folder)
-    if path.exists() and not (path / "config.json").is_file():
-        raise MissingFileError(
-            f"{folder} holds no config.json: give the output_dir of a run or a folder written by save_pretrained"
-        )
-    if not path.exists() and (folder.startswith((".", "/", "~")) or folder.count("/") != 1):
-        raise MissingFileError(f"{folder} does not exist (give a model folder or a Hub name user/model)")
-    return folder
-
-
 def parse_sizes(text: str) -> list[int] | str:
     """`0.4M,1.6M,6.4M` or `400000,1600000` as parameter counts, or `auto`."""
     if text.strip().lower() == "auto":
@@ -335,31 +321,19 @@ def parse_sizes(text: str) -> list[int] | str:
     return sizes
 
 
-def lineage_studies() -> dict:
-    """The studies `hf-seq lineage --task` runs, by name: their rows give the members, help and own options."""
-    from hf_seq.experiments import lineage, lineage_forecasting, lineage_translation
-
-    studies = (lineage.LINEAGE, lineage_translation.LINEAGE, lineage_forecasting.LINEAGE)
-    return {study.name: study for study in studies}
-
-
 def cmd_lineage(args) -> None:
     from dataclasses import fields
 
-    from hf_seq.experiments.study import Options
+    from hf_seq.experiments.study import Options, all_studies, get_study
 
-    studies = lineage_studies()
-    study = studies[args.task]
-    for other in studies.values():
-        for option in other.own_options:
-            if option not in study.own_options and getattr(args, option, None) is not None:
-                flag = "--" + option.replace("_", "-")
-                raise InvalidValueError(f"lineage: {flag} {getattr(args, option)!r} is for --task {other.name}")
+    study = get_study(args.task)
     options = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
     options["corpus"] = args.corpus if args.corpus is None or len(args.corpus) > 1 else args.corpus[0]
     options["members"] = tuple(args.members.split(",")) if args.members else None
     options["set"] = tuple(args.set or ())
-    result = study.run(Options(**options))
+    own = {name for other in all_studies().values() for name in other.own_options}
+    options |= {name: getattr(args, name) for name in own if hasattr(args, name)}  # only the flags given
+    result = study.run(study.make_options(**options))
     metric = result["metric"]
     best_first = -1 if study.higher_is_better else 1
     width = max([7, *(len(row["name"]) for row in result["summary"])])
@@ -368,17 +342,6 @@ def cmd_lineage(args) -> None:
         size = f"{row['target']:>10,}" if isinstance(row["target"], int) else f"{row['target']:>10}"  # or "auto"
         print(f"{size} {row['name']:>{width}}: {row['mean']:.4f}{spread} {metric.replace('_', ' ')}")
     print(f"{study.files} in {args.output_dir}/")
-
-
-def lineage_help() -> tuple[str, str]:
-    """`hf-seq lineage`'s help line and its `--members` help, from the studies' rows."""
-    studies = lineage_studies()
-    names = {name: ", ".join(row.name for row in study.rows) for name, study in studies.items()}
-    command = f"{names['language_model']} (or, --task translation: {names['translation']}): one corpus and budget, sizes matched"
-    members = "; ".join(
-        f"{name}: " + ", ".join(f"{row.name} ({row.help})" for row in study.rows) for name, study in studies.items()
-    )
-    return command, "a comma-separated subset of the task's members (default all). " + members
 
 
 def cmd_experiment(args) -> None:
@@ -395,7 +358,7 @@ def cmd_experiment(args) -> None:
     from hf_seq.experiments import get_experiment
 
     output_dir = args.output_dir or f"hf-seq-experiments/{args.name}"
-    results = get_experiment(args.name).run(quick=args.quick, output_dir=output_dir)
+    results = get_experiment(args.name).run(quick=args.quick, output_dir=output_dir, overrides=args.set or ())
     for row in results["claims"]:
         print(f"[{'agrees' if row['agrees'] else 'DISAGREES'}] {row['claim']}: {row['measured']}")
     print(f"{results['seconds']:.0f} s; results.md, results.json and {', '.join(results['plots'])} in {output_dir}/")
@@ -405,7 +368,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-seq", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
+    for add_parser in (
+        add_demo_parser, add_train_parser, add_finetune_parser, add_recipes_parser, add_train_tokenizer_parser,
+        add_card_parser, add_evaluate_parser, add_generate_parser, add_studio_parser, add_push_parser,
+        add_lineage_parser, add_experiment_parser,
+    ):  # fmt: skip
+        add_parser(commands)
+    for p in commands.choices.values():  # `hf-seq train --debug ...` as well as `hf-seq --debug train ...`
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    return parser
 
+
+def add_demo_parser(commands) -> None:
     p = commands.add_parser("demo", help="train a tokenizer and a small GPT on the standard library, offline")
     p.add_argument("--output-dir", default="hf-seq-demo")
     p.add_argument("--minutes", type=_positive_float, default=2.0, help="the training budget (default 2)")
@@ -414,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="recipe overrides, e.g. training.max_steps=100")
     p.set_defaults(func=cmd_demo)
 
+
+def add_train_parser(commands) -> None:
     p = commands.add_parser("train", help="pretrain a model from a YAML recipe")
     p.add_argument("recipe", help="a YAML file, or the name of a shipped recipe (hf-seq recipes lists them)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. training.max_steps=100 model.hidden_size=64")
@@ -421,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output_dir")
     p.set_defaults(func=cmd_train)
 
+
+def add_finetune_parser(commands) -> None:
     p = commands.add_parser("finetune", help="fine-tune with Trainer: sequence/token classification, translation")
     p.add_argument("recipe", help="a YAML file, or the name of a shipped recipe (hf-seq recipes lists them)")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
@@ -428,11 +406,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output_dir")
     p.set_defaults(func=cmd_finetune)
 
+
+def add_recipes_parser(commands) -> None:
     p = commands.add_parser("recipes", help="list the shipped recipes; `hf-seq recipes show NAME` prints one")
     p.add_argument("action", nargs="?", choices=["show"], help="print the named recipe, to copy and edit")
     p.add_argument("name", nargs="?", help="a recipe, or a launch config such as accelerate/fsdp")
     p.set_defaults(func=cmd_recipes)
 
+
+def add_train_tokenizer_parser(commands) -> None:
     p = commands.add_parser("train-tokenizer", help="train a byte-level or BERT-style BPE tokenizer")
     p.add_argument("--dataset", default="stdlib", help="stdlib (default), a Hub dataset name, or use --files")
     p.add_argument("--files", nargs="*", help="local .txt/.json/.jsonl/.csv files")
@@ -443,11 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", required=True)
     p.set_defaults(func=cmd_train_tokenizer)
 
+
+def add_card_parser(commands) -> None:
     p = commands.add_parser("card", help="write or refresh the model card (README.md) of a saved model")
     p.add_argument("folder")
     p.add_argument("--repo-id", help="the Hub name to show in the usage examples")
     p.set_defaults(func=cmd_card)
 
+
+def add_evaluate_parser(commands) -> None:
     p = commands.add_parser("evaluate", help="evaluate a saved model (perplexity, BLEU) on its recipe's held-out data")
     p.add_argument("folder")
     p.add_argument("--recipe", help="a recipe to take the data from (default: the folder's recipe.json)")
@@ -455,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.set_defaults(func=cmd_evaluate)
 
+
+def add_generate_parser(commands) -> None:
     p = commands.add_parser("generate", help="continue prompts (language models) or translate them (seq2seq)")
     p.add_argument("folder")
     p.add_argument("--prompt")
@@ -474,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed the sampling, for output that can be reproduced")
     p.set_defaults(func=cmd_generate)
 
+
+def add_studio_parser(commands) -> None:
     p = commands.add_parser("studio", help="the models' insides in a web page (Gradio: pip install 'hf-seq[studio]')")
     p.add_argument("folders", nargs="*", help="run folders (hf-seq train / lineage) or Hub names")
     p.add_argument(
@@ -484,6 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root-path", help="the path the page is served under behind a proxy (a course server)")
     p.set_defaults(func=cmd_studio)
 
+
+def add_push_parser(commands) -> None:
     p = commands.add_parser("push", help="check a saved model loads without hf-seq, then upload it to the Hub")
     p.add_argument("folder")
     p.add_argument("repo_id", help="e.g. your-name/gpt-stdlib-tiny")
@@ -492,38 +484,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="check and list the files, upload nothing")
     p.set_defaults(func=cmd_push)
 
-    command_help, members_help = lineage_help()
-    p = commands.add_parser("lineage", help=command_help)
-    p.add_argument(
-        "--task",
-        choices=("language_model", "translation", "time_series"),
-        default="language_model",
-        help="the language models (default), the encoder-decoders translating a parallel corpus, or the "
-        "forecasters of a real-valued series",
+
+def add_lineage_parser(commands) -> None:
+    """`hf-seq lineage`, drawn from the registered studies (`hf_seq.experiments.study.STUDIES`): `--task` chooses one,
+    `--members` lists each one's rows, and each study's own options are flags."""
+    from hf_seq.experiments.study import all_studies
+
+    studies = all_studies()
+    default = next(iter(studies))
+    each = lambda text: "; ".join(f"{name}: {text(study)}" for name, study in studies.items())
+    p = commands.add_parser(
+        "lineage", help=f"a study's members on one corpus and budget, sizes matched (--task {', '.join(studies)})"
     )
-    p.add_argument(
-        "--corpus",
-        nargs="+",
-        help="stdlib (default; translation: gettext, the machine's catalogs; time_series: co2, the shipped weekly "
-        "Mauna Loa series), local files or a Hub dataset name",
-    )
-    p.add_argument(
-        "--source-column",
-        help="translation: the source column, or a language of a `translation` column (default source)",
-    )
-    p.add_argument(
-        "--target-column",
-        help="translation: the target column, or a language of a `translation` column (default target); "
-        "time_series: the column of the values",
-    )
-    p.add_argument("--id-column", help="time_series: the column naming each series of a long table (many series)")
-    p.add_argument("--timestamp-column", help="time_series: the column that orders each series' rows")
+    p.add_argument("--task", choices=tuple(studies), default=default, help=f"the study (default {default}): "
+                   + each(lambda study: study.about))  # fmt: skip
+    p.add_argument("--corpus", nargs="+", help="local files or a Hub dataset name; the default: "
+                   + each(lambda study: study.corpus_help))  # fmt: skip
     p.add_argument("--validation", help="held-out file(s) or Hub split (default: the corpus's own, else held out)")
     p.add_argument("--test", help="test file or Hub split, scored once at the end with the selected weights")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument(
-        "--budget-tokens", type=int, help="training tokens per member (default 2**20; translation: 1,600 steps' pairs)"
-    )
+    budget.add_argument("--budget-tokens", type=int, help="training tokens per member; the default: "
+                        + each(lambda study: study.default_budget))  # fmt: skip
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
     budget.add_argument("--budget-flops", type=float, help="training FLOPs per member (6N + attention per token)")
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
@@ -535,7 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seeds", type=int, default=1, help="seeds per member and size: mean and spread")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")
-    p.add_argument("--members", help=members_help)
+    p.add_argument("--members", help="a comma-separated subset of the task's members (default all). "
+                   + each(lambda study: ", ".join(f"{row.name} ({row.help})" for row in study.rows)))  # fmt: skip
     p.add_argument(
         "--set",
         action="extend",
@@ -543,11 +525,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="change study settings (e.g. width=256 learning_rate=1e-3) or a member's knob (e.g. gru.layers=3)",
     )
-    p.add_argument("--max-chars", type=int, help="characters of the corpus to read (default 3,000,000)")
     p.add_argument("--threads", type=int, help="torch threads (default: one per idle core)")
     p.add_argument("--output-dir", default="lineage")
+    for flag, arguments in study_flags(studies).items():
+        p.add_argument(flag, **arguments)
     p.set_defaults(func=cmd_lineage)
 
+
+def study_flags(studies: dict) -> dict[str, dict]:
+    """Each study's own options as flags: `--max-chars` for the field `max_chars`, of the field's type, with the help
+    of every study that takes it ("translation: ...; time_series: ..."). A flag not given leaves no attribute
+    (argparse.SUPPRESS), so the study's own default holds and `cmd_lineage` can tell which study a flag is for."""
+    import typing
+
+    from hf_seq.experiments.study import own_fields
+
+    flags = {}
+    for name, study in studies.items():
+        types = typing.get_type_hints(study.options_class)
+        for f in own_fields(study.options_class):
+            default = "" if f.default is None else f" (default {f.default})"
+            kind = next((t for t in typing.get_args(types[f.name]) if t is not type(None)), types[f.name])
+            flag = flags.setdefault("--" + f.name.replace("_", "-"), {"type": kind, "default": argparse.SUPPRESS})
+            flag["help"] = "; ".join(filter(None, (flag.get("help"), f"{name}: {f.metadata.get('help', '')}{default}")))
+    return flags
+
+
+def add_experiment_parser(commands) -> None:
     p = commands.add_parser("experiment", help="run one of the lectures' experiments: a table, a JSON file and plots")
     p.add_argument("name", nargs="?", help="the experiment (see --list)")
     p.add_argument("--list", action="store_true", help="name the experiments, one line each")
@@ -555,10 +559,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output-dir", help="where results.md, results.json and the plots go (default hf-seq-experiments/NAME)"
     )
+    p.add_argument(
+        "--set", action="extend", nargs="+", metavar="KEY=VALUE",
+        help="change one of the experiment's settings (e.g. steps=200 seeds=0,1); an unknown key's error lists them",
+    )  # fmt: skip
     p.set_defaults(func=cmd_experiment)
-    for p in commands.choices.values():  # `hf-seq train --debug ...` as well as `hf-seq --debug train ...`
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def self_attention_flops(config, seq_len: int) -> int:
@@ -38,7 +38,7 @@ def encoder_decoder_attention_flops(config, source_len: float, target_len: float
 class Family:
     """One row of the table: a family's file pair, its `model_type`, its config class and, for each transformers
     Auto class it supports, the model class that serves it. Adding a row registers the family with those Auto
-    classes, gives it a tester in the suite and a page on the documentation site."""
+    classes, gives it a tester in the suite, a page on the documentation site and its models' views in the studio."""
 
     name: str  # the file pair models/configuration_<name>.py, models/modeling_<name>.py
     model_type: str
@@ -49,6 +49,22 @@ class Family:
     # (config, source_len, target_len) for an encoder-decoder. None: no attention, or one left out as the
     # state-space scan's elementwise work is (Bahdanau's additive score, a few percent).
     attention_flops: Callable[..., float] | None = None
+    # What the studio (hf_seq.studio) shows of the family's models beyond the views every causal language model gets:
+    # kind -> the names of the views that read it (studio/views.py). A model's kind is its family's name, or where
+    # one config field decides what can be shown (`kind_field`), that field's value, each listed (a kind with no views
+    # of its own still gets the language-model views): the ssm family's models are "mamba", "s4d" or "mamba2" by
+    # `config.ssm_type`, and only S4D has a convolution kernel to show.
+    studio_views: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    kind_field: str | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of model the studio tells apart in this family."""
+        return tuple(self.studio_views) if self.kind_field else (self.name,)
+
+    def kind_of(self, config) -> str:
+        """The studio's kind of a model of this family, from its config."""
+        return str(getattr(config, self.kind_field)) if self.kind_field else self.name
 
     @property
     def config_class(self):
@@ -92,6 +108,7 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForTokenClassification": "RNNForTokenClassification",
             "AutoModelForTimeSeriesPrediction": "RNNForPrediction",
         },
+        studio_views={"rnn": ("recurrent",)},
     ),
     Family(
         "gpt",
@@ -104,6 +121,7 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForTimeSeriesPrediction": "GPTForPrediction",
         },
         attention_flops=self_attention_flops,
+        studio_views={"gpt": ("attention",)},
     ),
     Family(
         "bert",
@@ -117,6 +135,7 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForQuestionAnswering": "BERTForQuestionAnswering",
         },
         attention_flops=self_attention_flops,
+        studio_views={"bert": ("attention", "fill")},
     ),
     Family(
         "transformer",
@@ -124,12 +143,14 @@ FAMILIES: tuple[Family, ...] = (
         "TransformerConfig",
         {"AutoModel": "TransformerModel", "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration"},
         attention_flops=encoder_decoder_attention_flops,
+        studio_views={"transformer": ("attention", "cross")},
     ),
     Family(
         "bahdanau",
         "hf_seq_bahdanau",
         "BahdanauConfig",
         {"AutoModel": "BahdanauModel", "AutoModelForSeq2SeqLM": "BahdanauForConditionalGeneration"},
+        studio_views={"bahdanau": ("alignment",)},
     ),
     Family(
         "window",
@@ -151,6 +172,8 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForSequenceClassification": "SSMForSequenceClassification",
             "AutoModelForTimeSeriesPrediction": "SSMForPrediction",
         },
+        studio_views={"mamba": ("ssm",), "s4d": ("ssm", "scan"), "mamba2": ()},
+        kind_field="ssm_type",
     ),
     Family(
         "conv",

@@ -207,3 +207,36 @@ def test_a_failure_inside_keeps_its_traceback(error):
     assert result.returncode == 1
     assert "Traceback" in result.stderr and f"{error}: data.dataset: planted" in result.stderr
     assert "hf-seq: error" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------- one way to open a run
+def one_line_error(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("hf-seq: error: ") and err.count("\n") == 1, err
+    return err.strip()
+
+
+def test_generate_and_card_open_a_run_folder_as_every_command_does(tmp_path, capsys):
+    """`generate` and `card` read a folder through `open_run`: a model generate cannot use is refused before its
+    weights are read, naming its class and what generate reads; damaged weights get no card."""
+    from hf_seq.data.tokenization import train_bpe_tokenizer
+    from tests.test_run_result import save_tiny
+
+    tokenizer = train_bpe_tokenizer(["def f(x):\n    return x\n"] * 20, vocab_size=300, show_progress=False)
+    keys = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    classifier = save_tiny(tmp_path / "classifier", "gpt", "AutoModelForSequenceClassification", tokenizer, **keys)
+    capsys.readouterr()  # the saving's progress bars
+    assert one_line_error(capsys, "generate", str(classifier), "--prompt", "def").endswith(
+        "holds a GPTForSequenceClassification (AutoModelForSequenceClassification); what can be read here: "
+        "AutoModelForCausalLM, AutoModelForSeq2SeqLM"
+    )
+    main(["card", str(classifier)])
+    assert capsys.readouterr().out == f"wrote {classifier / 'README.md'}\n"
+    weights = classifier / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
+    assert f"{weights} does not match" in one_line_error(capsys, "card", str(classifier))
+    assert one_line_error(capsys, "card", "someone/model") == (
+        "hf-seq: error: someone/model does not exist (give a run folder)"  # a card is written into a local folder
+    )

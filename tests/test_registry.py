@@ -70,3 +70,20 @@ def test_every_model_forward_has_its_signature_fixed():
             forward = next(c.__dict__["forward"] for c in cls.__mro__ if "forward" in c.__dict__)
             assert "__signature__" in forward.__dict__, cls.__name__
             assert forward.__signature__ == inspect.signature(inspect.unwrap(forward)), cls.__name__
+
+
+def test_a_familys_studio_kinds_come_from_its_config():
+    """A family with no `kind_field` is one kind, its name; the ssm family's kinds are the values of `ssm_type`, each
+    read back from a config that sets it (a new `ssm_type` without a kind here would be missing from the studio)."""
+    from hf_seq.models.configuration_ssm import SSM_TYPES
+
+    for fam in FAMILIES:
+        if fam.kind_field is None:
+            assert fam.kinds == (fam.name,) and set(fam.studio_views) <= {fam.name}, fam.name
+            assert fam.kind_of(fam.config_class()) == fam.name
+        for kind in fam.kinds if fam.kind_field else ():
+            assert fam.kind_of(fam.config_class(**{fam.kind_field: kind})) == kind, (fam.name, kind)
+        assert all(isinstance(views, tuple) for views in fam.studio_views.values()), fam.name
+    ssm = hf_seq.registry.family("ssm")
+    assert ssm.kind_field == "ssm_type" and set(ssm.kinds) == set(SSM_TYPES)
+    assert "scan" in ssm.studio_views["s4d"] and "scan" not in ssm.studio_views["mamba"]

@@ -1,10 +1,13 @@
 """`hf-seq studio`: the page serves every view on tiny models through Gradio's own client, with the numbers the view
-functions give; a missing extra, a bad folder and a port in use are one line each."""
+functions give; which models a view offers comes from the registry (Mamba and S4D told apart by their config); a
+lineage folder opens with every member; a missing extra, a bad folder and a port in use are one line each."""
 
 import os
 import socket
 import sys
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -132,7 +135,7 @@ def test_a_bad_folder_and_no_model_are_one_line_before_gradio_is_imported(tmp_pa
     for args, message in (
         ([str(tmp_path / "empty")], "holds no config.json: give the output_dir of a run"),
         ([str(tmp_path / "missing")], "does not exist (give a run folder or a Hub name user/model)"),
-        ([], "give run folders (hf-seq studio RUN_DIR ...) or --demo"),
+        ([], "give run folders or lineage folders (hf-seq studio RUN_DIR ...) or --demo"),
     ):
         assert message in studio_error(capsys, *args)
 
@@ -156,3 +159,104 @@ def test_a_port_in_use_is_one_line(tmp_path):
         port = busy.getsockname()[1]
         with pytest.raises(ValueError, match=f"studio: cannot serve on 127.0.0.1:{port}"):
             serve([], False, "127.0.0.1", port, None, models=[Loaded("x", None, None, "ngram")])
+
+
+# ---------------------------------------------------------------------------------------------- kinds from the registry
+def test_a_family_row_is_all_the_studio_needs(models, monkeypatch):
+    """The studio keeps no family list: a row added to the registry shows up in the views' model menus."""
+    from hf_seq import registry
+    from hf_seq.studio.app import _names
+    from hf_seq.studio.views import LANGUAGE_MODEL
+
+    toy = registry.Family("toy", "hf_seq_toy", "ToyConfig", {"AutoModelForCausalLM": "ToyForCausalLM"},
+                          studio_views={"toy": ("attention",)})  # fmt: skip
+    shown = [*models, Loaded("toy-model", None, None, "toy")]
+    assert "toy-model" not in _names(shown, "attention") + _names(shown, LANGUAGE_MODEL)
+    monkeypatch.setattr(registry, "FAMILIES", (*registry.FAMILIES, toy))
+    assert _names(shown, "attention") == ["gpt", "transformer", "bert", "toy-model"]
+    assert _names(shown, LANGUAGE_MODEL)[-1] == "toy-model" and "toy" in Loaded.view_kinds(LANGUAGE_MODEL)
+    pytest.importorskip("gradio")
+    from hf_seq.studio.app import build
+
+    choices = {value for block in build(shown).blocks.values() if hasattr(block, "choices")
+               for _, value in block.choices}  # fmt: skip
+    assert "toy-model" in choices
+
+
+def test_mamba_and_s4d_are_told_apart_by_their_config(models):
+    from hf_seq.studio.app import _names
+
+    mamba, s4d = (next(m for m in models if m.name == name) for name in ("mamba", "s4d"))
+    assert (mamba.kind, s4d.kind) == (mamba.model.config.ssm_type, s4d.model.config.ssm_type) == ("mamba", "s4d")
+    assert _names(models, "scan") == ["s4d"] and _names(models, "ssm") == ["mamba", "s4d"]
+    with pytest.raises(ValueError, match="scan_vs_convolution: mamba is a 'mamba' model; this view reads s4d"):
+        inside.scan_vs_convolution(mamba, TEXT)
+    with pytest.raises(ValueError, match="Loaded 'x': kind='s4d', but its model is of kind 'mamba'"):
+        Loaded("x", mamba.model, mamba.tokenizer, "s4d")
+
+
+# ---------------------------------------------------------------------------------------------- a lineage folder
+def save_member(folder, loaded: Loaded):
+    """A member's folder as a run leaves it: the model, its tokenizer and checksums.json."""
+    from hf_seq.hub.checksums import record_checksums
+
+    (loaded.ngram if loaded.ngram is not None else loaded.model).save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    record_checksums(folder)
+
+
+def write_lineage(folder, members: list[tuple[str, str | None]], sizes: list, seeds: int = 1):
+    """lineage.json as the lineage writes it (the fields the studio reads): a `Record` per member, size and seed."""
+    import json
+
+    from hf_seq.experiments.study import Record
+
+    records = [Record(name, name, fam).to_dict({}) | {"target": size, "seed": seed} for size in sizes
+               for name, fam in members for seed in (range(seeds) if fam else [0])]  # fmt: skip
+    (folder / "lineage.json").write_text(json.dumps({"task": "language_model", "sizes": sizes, "seeds": seeds,
+                                                     "members": records}))  # fmt: skip
+
+
+def test_a_lineage_folder_opens_with_every_member(models, tmp_path, monkeypatch):
+    """`hf-seq studio LINEAGE_DIR`: each member's folder opened as a run folder, the n-gram's counts too."""
+    pytest.importorskip("gradio")
+    from hf_seq.studio import app
+
+    lineage = tmp_path / "lineage"
+    by_name = {m.name: m for m in models}
+    for name, member in (("ngram", "5-gram"), ("lstm", "lstm"), ("gpt", "gpt")):
+        save_member(lineage / name, by_name[member])
+    write_lineage(lineage, [("ngram", None), ("lstm", "rnn"), ("gpt", "gpt")], sizes=[4000])
+    shown = []
+
+    def build(loaded: list[Loaded]):  # the page, without a server: what it was given is what it would show
+        shown.extend(loaded)
+        return SimpleNamespace(launch=lambda **options: None)
+
+    monkeypatch.setattr(app, "build", build)
+    main(["studio", str(lineage)])
+    assert [(m.name, m.kind) for m in shown] == [("ngram", "ngram"), ("lstm", "rnn"), ("gpt", "gpt")]
+    ngram, _, gpt = shown
+    ids = gpt.tokenizer(TEXT)["input_ids"]
+    assert torch.equal(gpt.model(torch.tensor([ids])).logits, by_name["gpt"].model(torch.tensor([ids])).logits)
+    assert np.array_equal(ngram.ngram.token_nll(ids), by_name["5-gram"].ngram.token_nll(ids))  # the saved counts
+
+
+def test_a_lineage_of_several_sizes_names_each_members_folders(tmp_path, capsys):
+    """Several sizes or seeds: a trained member's folders are <name>-<size>-seed<seed>; the n-gram's is its name, once;
+    a folder the record lists but the lineage does not hold is one line."""
+    from hf_seq.studio.app import run_folders
+
+    lineage = tmp_path / "lineage"
+    lineage.mkdir()
+    write_lineage(lineage, [("ngram", None), ("gru", "rnn")], sizes=[1000, 2000], seeds=2)
+    expected = ["ngram", "gru-1000-seed0", "gru-1000-seed1", "gru-2000-seed0", "gru-2000-seed1"]
+    for name in expected:
+        (lineage / name).mkdir()
+    assert run_folders(str(lineage)) == [lineage / name for name in expected]
+    (lineage / "gru-2000-seed1").rmdir()
+    assert f"lists the member 'gru-2000-seed1', but {lineage / 'gru-2000-seed1'} does not exist" in studio_error(
+        capsys, str(lineage)
+    )
+    (lineage / "lineage.json").write_text("{}")
+    assert "lineage.json is not a lineage record" in studio_error(capsys, str(lineage))

@@ -109,7 +109,7 @@ class Page:
 
 def test_every_view_in_a_browser(studio, tmp_path):
     from hf_seq.studio import tokens
-    from hf_seq.studio.app import LANGUAGE_MODELS
+    from hf_seq.studio.views import view_kinds
 
     url, shown_models = studio
     browser = Browser(tmp_path / "profile")
@@ -143,7 +143,7 @@ def test_every_view_in_a_browser(studio, tmp_path):
                 page.until(f"JSON.stringify({PLOT}) !== {before}", "the first word's alignment")
             if inner == "surprisal":
                 shown = page.until(STRIP, "the token strip")
-                first = next(m for m in shown_models if m.kind in LANGUAGE_MODELS)  # the menu's first
+                first = next(m for m in shown_models if m.kind in view_kinds("language_model"))  # the menu's first
                 assert shown == tokens.surprisal(first, text)["tokens"]
             page.screenshot(shots / f"{inner}.png")
         assert page.problems(url.rstrip("/")) == []

@@ -238,7 +238,7 @@ def test_mamba_delta_and_state_one_token_at_a_time(tokenizer):
     np.testing.assert_allclose(result["delta"], delta.numpy(), rtol=1e-5)
     np.testing.assert_allclose(result["delta_mean"], delta.mean(0).numpy(), rtol=1e-5)
     np.testing.assert_array_equal(result["state_norm_layer"], result["state_norm"][0])
-    with pytest.raises(ValueError, match="Mamba"):
+    with pytest.raises(ValueError, match="'mamba' model; this view reads s4d"):
         inside.scan_vs_convolution(loaded, TEXT)
 
 

@@ -431,6 +431,12 @@ def shared_data(recipe, output_dir: Path):
     return prepared, folder
 
 
+def member_folder(name: str, target, seed: int, single: bool, fitted: bool = False) -> str:
+    """A member's run folder in the study's output folder: its name when the study runs one size and one seed (and
+    always for a fitted member, the n-gram), else `<name>-<size>-seed<seed>`."""
+    return name if single or fitted else f"{name}-{target}-seed{seed}"
+
+
 def largest_records(result: dict) -> list[dict]:
     """The records of the first seed at the largest size: what the curves and pictures show."""
     return [r for r in result["members"] if r["target"] == result["sizes"][-1] and r["seed"] == 0]
@@ -473,8 +479,7 @@ class StudyRun:
                 plan = self.plan(row, sized["chosen"]["non_embedding_params"] if sized else target)
                 trials, chosen = self.tune(row, plan, target)
                 for seed in range(options.seeds):
-                    single = len(sizes) == 1 and options.seeds == 1
-                    folder = self.output_dir / (name if single else f"{name}-{target}-seed{seed}")
+                    folder = self.output_dir / member_folder(name, target, seed, len(sizes) == 1 and options.seeds == 1)
                     self.say(f"lineage: training {name} (size {plan.non_embedding:,}, seed {seed}, {chosen})")
                     record = self.train(row, plan, chosen, seed, folder, plan.steps, options.budget_seconds, True)
                     self.say(f"lineage: {name}: {self.study.scored_line(record, self.study.metric(self.data))}")

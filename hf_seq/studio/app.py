@@ -1,62 +1,65 @@
-"""The studio's web page: one tab per view of `tokens.py` and `inside.py`, on the models loaded from run folders (or
-the `--demo` models). Gradio lays the views out; every number comes from the view functions, so the page shows what
-a notebook calling them would. Offline by default: analytics off, no share link, the bundled theme (no web fonts),
-bound to 127.0.0.1, one queue (a room of students waits its turn instead of stalling the machine).
+"""The studio's web page: one tab per view of `tokens.py` and `inside.py`, on the models loaded from run folders, the
+members of a lineage run, or the `--demo` models. Gradio lays the views out; every number comes from the view
+functions, so the page shows what a notebook calling them would. Which models a tab offers comes from the registry
+(`views.view_kinds`). Offline by default: analytics off, no share link, the bundled theme (no web fonts), bound to
+127.0.0.1, one queue (a room of students waits its turn instead of stalling the machine).
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
 
+from hf_seq.baselines.ngram import KneserNeyLM
 from hf_seq.errors import InvalidValueError, MissingFileError
 from hf_seq.studio import inside, tokens
-from hf_seq.studio.views import MAX_TOKENS, Loaded, save_png, to_csv
+from hf_seq.studio.views import LANGUAGE_MODEL, MAX_TOKENS, NGRAM, Loaded, save_png, to_csv, view_kinds
+from hf_seq.training.runs import check_run_folder, open_run
 
 OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "localhost,127.0.0.1",
            "no_proxy": "localhost,127.0.0.1"}  # fmt: skip
 EXAMPLE = "def read_file(path):\n    with open(path) as f:\n        return f.read()\n"
-LANGUAGE_MODELS = ("gpt", "rnn", "ssm", "conv", "window", "hmm", "ngram")
 QUEUE_SIZE = 64  # requests waiting beyond this are turned away with a message
+# What the studio reads (`open_run(accept=...)`): language models, BERT, the encoder-decoders and a saved n-gram
+SHOWN = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "KneserNeyLM")
+LINEAGE = "lineage.json"  # what a lineage run's output folder holds beside its members' folders
 
 
-def load(source: str) -> Loaded:
-    """A run folder (or a Hub id) as the studio shows it: safetensors weights only (the refusals `hf-seq generate`
-    makes), the class the folder was saved as, its tokenizer."""
-    from transformers import AutoConfig, AutoTokenizer
+def load(source) -> Loaded:
+    """A run folder (or a Hub name) as the studio shows it, opened as every command opens one (`open_run`: checksums
+    verified, the class it was saved as, its tokenizer); a saved n-gram (a lineage's n-gram member) as its counts."""
+    run = open_run(source, accept=SHOWN)
+    name = Path(source).name if Path(source).exists() else str(source)
+    if isinstance(run.model, KneserNeyLM):
+        return Loaded(name, None, run.tokenizer, ngram=run.model)
+    return Loaded(name, run.model, run.tokenizer)
 
-    from hf_seq.registry import family
 
-    path = check_source(source)
-    if path.is_dir():
-        from hf_seq.hub.checksums import verify_checksums
+def run_folders(source: str) -> list[Path | str]:
+    """The run folders `source` names: itself, or for a lineage run's output folder (it holds lineage.json) the folder
+    of each member lineage.json lists, named as the study names them (`study.member_folder`)."""
+    from hf_seq.experiments.study import member_folder
 
-        verify_checksums(path)
-    config = AutoConfig.from_pretrained(source)
+    record = Path(source) / LINEAGE
+    if not record.is_file():
+        return [source]
     try:
-        fam = family(config.model_type)
-    except KeyError:
-        raise InvalidValueError(f"studio: {source} is a {config.model_type!r} model, not an hf-seq family") from None
-    saved = (config.architectures or [""])[0]
-    auto = next((a for a, name in fam.models.items() if name == saved), None)
-    if auto is None or auto == "AutoModelForTimeSeriesPrediction":
-        raise InvalidValueError(f"studio: {source} holds a {saved or 'bare'} model; the studio reads language models "
-                                "and encoder-decoders (their *ForCausalLM, *ForMaskedLM or *ForConditionalGeneration)")  # fmt: skip
-    model = fam.model_class(auto).from_pretrained(source).eval()
-    return Loaded(path.name if path.exists() else source, model, AutoTokenizer.from_pretrained(source), fam.name)
+        lineage = json.loads(record.read_text())
+        single = len(lineage["sizes"]) == 1 and lineage["seeds"] == 1
+        names = [member_folder(m["name"], m["target"], m["seed"], single, m["family"] is None) for m in lineage["members"]]
+    except (ValueError, KeyError, TypeError) as error:
+        raise InvalidValueError(f"studio: {record} is not a lineage record ({error!r}); give the folder "
+                                "`hf-seq lineage --output-dir` wrote") from None  # fmt: skip
+    folders = [Path(source) / name for name in dict.fromkeys(names)]  # the n-gram's record repeats for every size
+    for folder in folders:
+        if not folder.is_dir():
+            raise MissingFileError(f"studio: {record} lists the member {folder.name!r}, but {folder} does not exist "
+                                   "(the studio shows the lineages of language models and of translation)")  # fmt: skip
+    return folders
 
 
-def check_source(source: str) -> Path:
-    """The refusals a folder gets before anything is loaded (or Gradio imported): a folder without config.json, a
-    path that does not exist."""
-    path = Path(source)
-    if path.exists() and not (path / "config.json").is_file():
-        raise MissingFileError(f"studio: {source} holds no config.json: give the output_dir of a run (hf-seq train)")
-    if not path.exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
-        raise MissingFileError(f"studio: {source} does not exist (give a run folder or a Hub name user/model)")
-    return path
-
-
-def _names(models: list[Loaded], kinds) -> list[str]:
+def _names(models: list[Loaded], view: str) -> list[str]:
+    kinds = view_kinds(view)
     return [m.name for m in models if m.kind in kinds]
 
 
@@ -86,14 +89,14 @@ def build(models: list[Loaded]):
         csv.write_text(to_csv(result))
         return fig, str(png), str(csv)
 
-    def plot_tab(key: str, title: str, kinds, inputs: list, compute, figure, note: str = "", only=None, more=None):
-        """A tab: a model menu (of `kinds`, and those `only(model)` accepts), the view's own inputs, a Show button,
-        the plot and two downloads; `more(result, shown, plot)` adds the tab's interactions on the view's last
-        result (a `gr.State`) after the Show event `shown`."""
+    def plot_tab(key: str, title: str, view: str, inputs: list, compute, figure, note: str = "", more=None):
+        """A tab: a model menu (the models `view` reads), the view's own inputs, a Show button, the plot and two
+        downloads; `more(result, shown, plot)` adds the tab's interactions on the view's last result (a `gr.State`)
+        after the Show event `shown`."""
         with gr.Tab(title, id=key):
             if note:
                 gr.Markdown(note)
-            names = [m.name for m in models if m.kind in kinds and (only is None or only(m))]
+            names = _names(models, view)
             choice = gr.Dropdown(names, value=names[0] if names else None, label="model")
             extra = [make() for make in inputs]
             button = gr.Button("Show", variant="primary")
@@ -135,7 +138,7 @@ def surprisal_tab(models: list[Loaded], text, pick, checked, shown) -> None:
     import gradio as gr
 
     with gr.Tab("Surprisal", id="surprisal"):
-        names = _names(models, LANGUAGE_MODELS)
+        names = _names(models, LANGUAGE_MODEL)
         model = gr.Dropdown(names, value=names[0] if names else None, label="model")
         strip = gr.HighlightedText(label="bits per token (click a token for the next-token top-k)",
                                    combine_adjacent=False, show_legend=False)  # fmt: skip
@@ -169,7 +172,7 @@ def lineage_tab(models: list[Loaded], text, checked, shown) -> None:
         plot = gr.Plot(label="bits per token, one row per model")
         with gr.Row():
             png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
-        strip_models = [m for m in models if m.kind in LANGUAGE_MODELS]
+        strip_models = [m for m in models if m.kind in view_kinds(LANGUAGE_MODEL)]
         button.click(lambda value: shown("lineage", tokens.lineage_strip(strip_models, checked(value)),
                                          tokens.figure_lineage_strip), [text], [plot, png, csv],
                      api_name="lineage")  # fmt: skip
@@ -179,18 +182,18 @@ def prediction_tabs(models: list[Loaded], pick) -> list[dict]:
     """The other tabs of "What the models predict", as `plot_tab` arguments."""
     import gradio as gr
 
-    names = _names(models, LANGUAGE_MODELS)
+    names = _names(models, LANGUAGE_MODEL)
     return [
-        dict(key="compare", title="Two models", kinds=LANGUAGE_MODELS,
+        dict(key="compare", title="Two models", view=LANGUAGE_MODEL,
              inputs=[lambda: gr.Dropdown(names, value=(names or [None])[-1], label="against")],
              compute=lambda a, value, b: tokens.compare(a, pick(b), value), figure=tokens.figure_compare),
-        dict(key="reach", title="Context reach", kinds=LANGUAGE_MODELS,
+        dict(key="reach", title="Context reach", view=LANGUAGE_MODEL,
              inputs=[lambda: gr.Number(8, precision=0, label="position (token index)")],
              compute=lambda m, value, position: tokens.context_reach(m, value, int(position)),
              figure=tokens.figure_context_reach),
-        dict(key="ngram", title="n-gram back-off", kinds=("ngram",), inputs=[], compute=tokens.ngram_backoff,
+        dict(key="ngram", title="n-gram back-off", view=NGRAM, inputs=[], compute=tokens.ngram_backoff,
              figure=tokens.figure_ngram_backoff),
-        dict(key="sampling", title="Sampling", kinds=LANGUAGE_MODELS,
+        dict(key="sampling", title="Sampling", view=LANGUAGE_MODEL,
              inputs=[lambda: gr.Slider(0.1, 2.0, value=1.0, label="temperature"),
                      lambda: gr.Slider(0, 100, value=0, step=1, label="top-k (0: off)"),
                      lambda: gr.Slider(0.05, 1.0, value=1.0, label="top-p"),
@@ -205,28 +208,28 @@ def inside_tabs() -> list[dict]:
     import gradio as gr
 
     return [
-        dict(key="recurrent", title="Recurrent state", kinds=("rnn",), inputs=[], compute=inside.recurrent_state,
+        dict(key="recurrent", title="Recurrent state", view="recurrent", inputs=[], compute=inside.recurrent_state,
              figure=inside.figure_recurrent_state, more=unit_strip),
-        dict(key="attention", title="Attention", kinds=("gpt", "bert", "transformer"), inputs=[],
+        dict(key="attention", title="Attention", view="attention", inputs=[],
              compute=inside.attention, figure=inside.figure_attention, more=query_keys),
-        dict(key="fill", title="Fill the mask", kinds=("bert",), inputs=[], compute=inside.fill_mask,
+        dict(key="fill", title="Fill the mask", view="fill", inputs=[], compute=inside.fill_mask,
              figure=inside.figure_fill_mask,
              note="BERT fills the first `[MASK]` written in the text (e.g. `def [MASK](path):`)."),
-        dict(key="alignment", title="Alignment", kinds=("bahdanau",),
+        dict(key="alignment", title="Alignment", view="alignment",
              inputs=[lambda: gr.Slider(1, 32, value=12, step=1, label="steps"),
                      lambda: gr.Slider(1, 5, value=1, step=1, label="beams")],
              compute=lambda m, value, steps, beams: inside.alignment_steps(m, value, int(steps), int(beams)),
              figure=inside.figure_alignment_steps, more=word_by_word,
              note="The encoder-decoders read the text as a source: the demo's were trained on dates, e.g. `Thu, Mar 5, "
                   "1998`. Show decodes it whole; Next word draws it one target word at a time."),
-        dict(key="cross", title="Cross-attention", kinds=("transformer",), inputs=[],
+        dict(key="cross", title="Cross-attention", view="cross", inputs=[],
              compute=inside.cross_attention_average, figure=inside.figure_cross_attention_average,
              note="The Transformer's cross-attention, averaged over layers and heads, on its own translation of the "
                   "text: the alignment of the Alignment tab, the attention way."),
-        dict(key="ssm", title="State space", kinds=("ssm",), inputs=[], compute=inside.ssm_inside,
+        dict(key="ssm", title="State space", view="ssm", inputs=[], compute=inside.ssm_inside,
              figure=inside.figure_ssm_inside),
-        dict(key="scan", title="Scan = convolution", kinds=("ssm",), inputs=[], compute=inside.scan_vs_convolution,
-             figure=inside.figure_scan_vs_convolution, only=lambda m: m.model.config.ssm_type == "s4d",
+        dict(key="scan", title="Scan = convolution", view="scan", inputs=[], compute=inside.scan_vs_convolution,
+             figure=inside.figure_scan_vs_convolution,
              note="S4D's layer computed by its convolution (training) and by its recurrence (generation) on the same "
                   "text: the same numbers."),
     ]  # fmt: skip
@@ -288,18 +291,17 @@ def word_by_word(result, event, plot):
 
 
 def serve(sources: list[str], demo: bool, host: str, port: int, root_path: str | None, models=()):
-    """`hf-seq studio`: load (or train) the models, build the page, serve it until Ctrl-C. `models`: `Loaded` models
-    shown beside those (from a notebook)."""
+    """`hf-seq studio`: load (or train) the models, build the page, serve it until Ctrl-C. `sources`: run folders,
+    lineage folders (every member) and Hub names; `models`: `Loaded` models shown beside those (from a notebook)."""
     if not (sources or demo or models):
-        raise InvalidValueError("studio: give run folders (hf-seq studio RUN_DIR ...) or --demo")
-    for source in sources:  # a mistyped folder is said at once, not after Gradio's import
-        check_source(source)
+        raise InvalidValueError("studio: give run folders or lineage folders (hf-seq studio RUN_DIR ...) or --demo")
+    folders = checked_folders(sources)  # a mistyped folder is said at once, not after Gradio's import
     os.environ.update(OFFLINE)
     try:
         import gradio  # noqa: F401
     except ImportError:
         raise MissingFileError('hf-seq studio needs Gradio, an optional extra: pip install "hf-seq[studio]"') from None
-    models = [*models, *(load(source) for source in sources)]
+    models = [*models, *(load(folder) for folder in folders)]
     if demo:
         from hf_seq.studio.demo import demo_models
 
@@ -313,3 +315,12 @@ def serve(sources: list[str], demo: bool, host: str, port: int, root_path: str |
                    inbrowser=False, ssr_mode=False)  # fmt: skip
     except OSError as error:
         raise InvalidValueError(f"studio: cannot serve on {host}:{port} ({error}); give another --port") from None
+
+
+def checked_folders(sources: list[str]) -> list[Path | str]:
+    """The run folders (and Hub names) `sources` name, a lineage folder's members in its place, each refused in one
+    line if it is missing or holds no model (`check_run_folder`) before any is loaded."""
+    folders = [folder for source in sources for folder in run_folders(source)]
+    for folder in folders:
+        check_run_folder(folder)
+    return folders

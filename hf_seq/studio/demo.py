@@ -44,11 +44,11 @@ def demo_models(seconds_per_model: float = 2.0, say=print) -> list[Loaded]:
     texts = stdlib_texts(max_chars=CORPUS_CHARS)
     tokenizer = train_bpe_tokenizer(texts, vocab_size=1024, style="byte_level", show_progress=False)
     ids = torch.tensor([i for text in texts for i in tokenizer(text)["input_ids"]])
-    loaded = [Loaded("5-gram", None, tokenizer, "ngram", ngram=KneserNeyLM(len(tokenizer), order=5).fit(ids.numpy()))]
+    loaded = [Loaded("5-gram", None, tokenizer, ngram=KneserNeyLM(len(tokenizer), order=5).fit(ids.numpy()))]
     for name, (fam, keys) in LANGUAGE_MODELS.items():
         model = _model(fam, "AutoModelForCausalLM", tokenizer, keys)
         _train(model, lambda: _blocks(ids, 16), seconds_per_model)
-        loaded.append(Loaded(name, model.eval(), tokenizer, fam))
+        loaded.append(Loaded(name, model.eval(), tokenizer))
         say(f"studio: trained {name} ({time.perf_counter() - started:.0f} s)")
     loaded.append(_bert(texts, seconds_per_model))
     pairs = date_conversion(4000)
@@ -57,7 +57,7 @@ def demo_models(seconds_per_model: float = 2.0, say=print) -> list[Loaded]:
     for name, (fam, keys) in SEQ2SEQ.items():
         model = _model(fam, "AutoModelForSeq2SeqLM", pair_tokenizer, keys)
         _train(model, lambda: _pairs(pairs, pair_tokenizer, 32), 3 * seconds_per_model, learning_rate=1e-2)
-        loaded.append(Loaded(name, model.eval(), pair_tokenizer, fam, extra={"example": pairs[0]["source"]}))
+        loaded.append(Loaded(name, model.eval(), pair_tokenizer, extra={"example": pairs[0]["source"]}))
         say(f"studio: trained {name} ({time.perf_counter() - started:.0f} s)")
     return loaded
 
@@ -108,4 +108,4 @@ def _bert(texts: list[str], seconds: float) -> Loaded:
     ids = torch.tensor([i for text in texts[:200] for i in tokenizer(text, add_special_tokens=False)["input_ids"]])
     collate = masked_lm_collator(tokenizer, seed=0)
     _train(model, lambda: collate([{"input_ids": b.tolist()} for b in _blocks(ids, 16)["input_ids"]]), seconds)
-    return Loaded("bert", model.eval(), tokenizer, "bert")
+    return Loaded("bert", model.eval(), tokenizer)

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 from hf_seq.models.scan import s4d_convolution, s4d_kernel, s4d_step
 from hf_seq.models.utils import cache_of
-from hf_seq.studio.views import MAX_TOKENS, Loaded, encode
+from hf_seq.studio.views import Loaded, encode, token_limit
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
@@ -42,16 +42,10 @@ def _check_kind(loaded: Loaded, view: str, kinds: tuple[str, ...]) -> None:
         raise ValueError(f"{view}: {loaded.name} is a {loaded.kind!r} model; this view reads {', '.join(kinds)}.")
 
 
-def _limit(loaded: Loaded) -> int:
-    """How many tokens a view reads: MAX_TOKENS, or fewer where the model's position table ends sooner."""
-    positions = getattr(loaded.model.config, "max_position_embeddings", None)
-    return min(MAX_TOKENS, positions or MAX_TOKENS)
-
-
 def _ids(loaded: Loaded, text: str) -> list[int]:
     """The text's ids, as many as the model reads; BERT reads `[CLS] text [SEP]`, as it was trained."""
     bert = loaded.kind == "bert"
-    ids, _ = encode(loaded, text, _limit(loaded) - (2 if bert else 0))
+    ids, _ = encode(loaded, text, token_limit(loaded) - (2 if bert else 0))
     if not ids:
         raise ValueError(f"{loaded.name}: the text has no tokens under its tokenizer; type some text.")
     tokenizer = loaded.tokenizer
@@ -205,7 +199,7 @@ def attention(loaded: Loaded, text: str, target: str | None = None, max_new_toke
             weights = _stack(outputs.attentions)
             labels = {"row_labels": result["tokens"], "column_labels": result["tokens"]}
             return result | {"attentions": weights, "matrix": weights.mean((0, 1))} | labels
-        written = _translation(loaded, ids, target, min(max_new_tokens, _limit(loaded) - 1))[: _limit(loaded)]
+        written = _translation(loaded, ids, target, min(max_new_tokens, token_limit(loaded) - 1))[: token_limit(loaded)]
         reads = _decoder_inputs(loaded, written)
         outputs = model(input_ids=_batch(loaded, ids), decoder_input_ids=_batch(loaded, reads), output_attentions=True)
     cross, target_tokens = _stack(outputs.cross_attentions), _labels(tokenizer, written)
@@ -435,7 +429,7 @@ def ssm_inside(loaded: Loaded, text: str, layer: int = -1) -> dict:
     backbone, mixer = loaded.model.base_model, _mixer(loaded, layer)
     captured = []
     hook = None
-    if hasattr(mixer, "dt_proj"):  # Mamba: Delta's pre-activation W_Delta (W_r u) + b_Delta, (1, T, E)
+    if loaded.kind == "mamba":  # Delta's pre-activation W_Delta (W_r u) + b_Delta, (1, T, E)
         hook = mixer.dt_proj.register_forward_hook(lambda module, args, output: captured.append(output))
     try:
         full = backbone(input_ids=_batch(loaded, ids), use_cache=False).last_hidden_state[0]
@@ -485,8 +479,6 @@ def scan_vs_convolution(loaded: Loaded, text: str, layer: int = -1, channel: int
     channels at each token; `max_difference`; `channel` and its `convolution_channel`, `recurrence_channel` (T,)."""
     _check_kind(loaded, "scan_vs_convolution", Loaded.view_kinds("scan"))
     mixer = _mixer(loaded, layer)
-    if not hasattr(mixer, "discretized"):
-        raise ValueError(f"scan_vs_convolution: {loaded.name} is a Mamba model; its selective scan has no kernel.")
     ids = _ids(loaded, text)
     captured = []
     hook = mixer.register_forward_hook(lambda module, args, output: captured.append(args[0]))

@@ -19,7 +19,7 @@ import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from hf_seq.registry import family
-from hf_seq.studio.views import MAX_TOKENS, Loaded, encode
+from hf_seq.studio.views import MAX_TOKENS, Loaded, encode, token_limit
 
 LN2 = math.log(2.0)
 
@@ -38,17 +38,11 @@ def _check_scorer(loaded: Loaded, view: str) -> None:
         )
 
 
-def _limit(loaded: Loaded) -> int:
-    """How many tokens a view reads: MAX_TOKENS, or fewer where the model's position table ends sooner."""
-    positions = getattr(getattr(loaded.model, "config", None), "max_position_embeddings", None)
-    return min(MAX_TOKENS, positions or MAX_TOKENS)
-
-
 def _ids(loaded: Loaded, text: str, view: str, limit: int | None = None) -> tuple[list[int], list[str]]:
     """The text's ids and token strings under the model's tokenizer (the first `limit` of them, by default
-    `_limit(loaded)`), refusing an empty text."""
+    `token_limit(loaded)`), refusing an empty text."""
     _check_scorer(loaded, view)
-    ids, tokens = encode(loaded, text, limit or _limit(loaded))
+    ids, tokens = encode(loaded, text, limit or token_limit(loaded))
     if not ids:
         raise ValueError(f"{view}: the text has no tokens under {loaded.name}'s tokenizer; type some text.")
     return ids, tokens
@@ -57,7 +51,7 @@ def _ids(loaded: Loaded, text: str, view: str, limit: int | None = None) -> tupl
 def _shared_ids(loaded_list: list[Loaded], text: str, view: str) -> tuple[list[int], list[str]]:
     """The text's ids, the same under every model's tokenizer, else a ValueError naming the two that differ; as many
     as the shortest-reading model takes."""
-    limit = min(_limit(loaded) for loaded in loaded_list)
+    limit = min(token_limit(loaded) for loaded in loaded_list)
     ids, tokens = _ids(loaded_list[0], text, view, limit)
     first = loaded_list[0]
     for other in loaded_list[1:]:
@@ -358,7 +352,7 @@ def sampling(
     truncation; 0 where a token was cut), `kept` (how many tokens of the vocabulary keep a nonzero probability),
     `settings` (temperature, top_k, top_p, seed) and `sample` (a dict: `ids`, `tokens` and `text` of the sample)."""
     ids, _ = _ids(loaded, text, "sampling", MAX_TOKENS)
-    ids = ids[-max(1, _limit(loaded) - length) :]  # the end of the text, leaving the position table room for the sample
+    ids = ids[-max(1, token_limit(loaded) - length) :]  # the end of the text, leaving the position table room for the sample
     settings = {"temperature": float(temperature), "top_k": int(top_k), "top_p": float(top_p)}
     scores = _next_scores(loaded, ids)
     before = torch.softmax(scores.double(), -1).numpy()

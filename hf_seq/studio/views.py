@@ -1,4 +1,5 @@
-"""What every view shares: the models a view reads (`Loaded`), the text as tokens, and a view's dict as CSV."""
+"""What every view shares: the models a view reads (`Loaded`) and the kinds each view reads, the text as tokens, and
+a view's dict as CSV."""
 
 import csv
 import io
@@ -7,20 +8,74 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAX_TOKENS = 512  # a view reads at most this many tokens of the text (the app says so when it cuts)
+NGRAM = "ngram"  # the kind of the Kneser-Ney n-gram (hf_seq.baselines.ngram), the one model the registry does not hold
+# The views every causal language model answers (surprisal, the lineage strip, two models, context reach, sampling):
+# the families with an AutoModelForCausalLM, and the n-gram.
+LANGUAGE_MODEL = "language_model"
+
+
+def view_kinds(view: str) -> tuple[str, ...]:
+    """The kinds of model the studio's `view` reads, from the registry's rows: for `LANGUAGE_MODEL` every kind of
+    the families with an AutoModelForCausalLM and the n-gram; for `NGRAM` the n-gram; for any other view the kinds
+    whose `Family.studio_views` name it."""
+    from hf_seq.registry import FAMILIES
+
+    if view == LANGUAGE_MODEL:
+        return (*(kind for fam in FAMILIES if "AutoModelForCausalLM" in fam.models for kind in fam.kinds), NGRAM)
+    if view == NGRAM:
+        return (NGRAM,)
+    kinds = tuple(kind for fam in FAMILIES for kind, views in fam.studio_views.items() if view in views)
+    if not kinds:
+        named = sorted({v for fam in FAMILIES for views in fam.studio_views.values() for v in views})
+        raise ValueError(f"view={view!r} is read by no family; views: {[LANGUAGE_MODEL, NGRAM, *named]}")
+    return kinds
 
 
 @dataclass
 class Loaded:
     """One model the studio shows: its name (the run folder's), the model in eval mode (None for the n-gram), its
-    tokenizer, and for the n-gram member its counts (`hf_seq.baselines.ngram.KneserNeyLM`). `kind` is the family's name in
-    the registry (`gpt`, `rnn`, `ssm`, ...) or `ngram`."""
+    tokenizer, and for the n-gram its counts (`hf_seq.baselines.ngram.KneserNeyLM`). `kind` says which views read it
+    (`view_kinds`): taken from the model's config through the registry (`Family.kind_of`: the family's name, or for
+    the ssm family `mamba` or `s4d`), `ngram` for the n-gram. A family's name given as `kind` is taken as the kind
+    its config names; any other kind that is not the config's is refused."""
 
     name: str
     model: object | None
     tokenizer: object
-    kind: str
+    kind: str | None = None
     ngram: object | None = None
     extra: dict = field(default_factory=dict)
+
+    view_kinds = staticmethod(view_kinds)  # so the view modules, which hold `Loaded`, ask it where they check a kind
+
+    def __post_init__(self):
+        if self.model is None and self.ngram is None:
+            if self.kind is None:
+                raise ValueError(f"Loaded {self.name!r}: give a model, an n-gram (ngram=) or its kind")
+            return  # a stand-in without a model: its kind is the one given
+        kind, names = self._registry_kind()
+        if self.kind not in (None, *names):
+            raise ValueError(f"Loaded {self.name!r}: kind={self.kind!r}, but its model is of kind {kind!r}")
+        self.kind = kind
+
+    def _registry_kind(self) -> tuple[str, tuple[str, ...]]:
+        """(the model's kind, the names a caller may give for it: the kind, or its family's name)."""
+        if self.ngram is not None:
+            return NGRAM, (NGRAM,)
+        from hf_seq.registry import family
+
+        try:
+            fam = family(self.model.config.model_type)
+        except KeyError as error:
+            raise ValueError(f"Loaded {self.name!r}: the studio reads hf-seq models; {error.args[0]}") from None
+        kind = fam.kind_of(self.model.config)
+        return kind, (kind, fam.name)
+
+
+def token_limit(loaded: Loaded) -> int:
+    """How many tokens a view reads: MAX_TOKENS, or fewer where the model's position table ends sooner."""
+    positions = getattr(getattr(loaded.model, "config", None), "max_position_embeddings", None)
+    return min(MAX_TOKENS, positions or MAX_TOKENS)
 
 
 def encode(loaded: Loaded, text: str, limit: int = MAX_TOKENS) -> tuple[list[int], list[str]]:

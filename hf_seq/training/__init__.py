@@ -52,7 +52,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "check_precision",
             "choose_threads",
             "evaluate_folder",
-            "finished_run",
+            "check_run_folder", "finished_run", "open_run",
             "plot_loss_curve",
             "save_run_files",
         ],

@@ -1,7 +1,8 @@
 """What a training run hands back, and what pretraining (`hf_seq.training.pretraining`) and fine-tuning (`hf_seq.training.finetuning`)
 share: the model built from a recipe, the checks made before any data is read, the torch threads, the files a run
-folder holds (tokenizer, metrics, recipe, loss curve, card, checksums), a finished run found again, and `hf-seq
-evaluate` on a saved folder.
+folder holds (tokenizer, metrics, recipe, loss curve, card, checksums), a saved run opened again (`open_run`, the one
+way every command and the studio read a run folder), a finished run found again, and `hf-seq evaluate` on a saved
+folder.
 
 A run is a value: `training.run(recipe)` returns a `RunResult` (the trained model on the device it trained on, its
 tokenizer, its evaluations and summary) as well as writing its folder, so a study or a notebook uses what it trained
@@ -18,9 +19,12 @@ from pathlib import Path
 
 import torch
 
+from hf_seq.baselines.ngram import CONFIG_NAME as NGRAM_CONFIG
+from hf_seq.baselines.ngram import KneserNeyLM
 from hf_seq.data import tasks
 from hf_seq.errors import InvalidValueError, MissingFileError, RunExistsError
 from hf_seq.hub.checksums import record_checksums, verify_checksums
+from hf_seq.registry import FAMILIES
 from hf_seq.registry import family as get_family
 from hf_seq.training.recipes import Recipe, RecipeError
 
@@ -29,7 +33,8 @@ from hf_seq.training.recipes import Recipe, RecipeError
 class RunResult(Mapping):
     """A finished run: `model` (the weights it kept: the selected or averaged ones where the recipe asks, in eval
     mode, on `device`), `tokenizer`, `evaluations` (one dict per periodic evaluation: step, tokens, seconds and the
-    held-out metrics), `summary` (what metrics.json holds beside the evaluations) and `folder`.
+    held-out metrics), `summary` (what metrics.json holds beside the evaluations) and `folder` (a Hub name as given,
+    for a model `open_run` read from the Hub). A saved n-gram opened by `open_run` is a `KneserNeyLM` in `model`.
 
     It reads as its summary too (`result["eval_loss"]`), as `training.run`'s dict did."""
 
@@ -37,7 +42,7 @@ class RunResult(Mapping):
     tokenizer: object
     evaluations: list[dict]
     summary: dict
-    folder: Path
+    folder: Path | str
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     prepared: tasks.Prepared | None = None  # the data it trained on; None for a run read back from its folder
     recipe: Recipe | None = None
@@ -50,24 +55,6 @@ class RunResult(Mapping):
 
     def __len__(self):
         return len(self.summary)
-
-    @classmethod
-    def load(cls, folder, device=None) -> "RunResult":
-        """A finished run read back from its folder (weights checked against their recorded checksums)."""
-        from transformers import AutoTokenizer
-
-        from hf_seq.training.recipes import load_recipe
-
-        folder = Path(folder)
-        verify_checksums(folder)
-        tree = json.loads((folder / "recipe.json").read_text())
-        recipe = load_recipe(tree, command=tasks.TASKS[tree.get("task") or "causal_lm"].command)
-        metrics = json.loads((folder / "metrics.json").read_text())
-        evaluations = metrics.pop("evaluations", [])
-        auto_class = tasks.get_task(recipe.task or "causal_lm").auto_class
-        model = get_family(recipe.family).model_class(auto_class).from_pretrained(folder).to(device or "cpu").eval()
-        tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").exists() else None
-        return cls(model, tokenizer, evaluations, metrics, folder, model.device, None, recipe)
 
 
 def finished_run(recipe: Recipe, device=None) -> RunResult | None:
@@ -82,10 +69,105 @@ def finished_run(recipe: Recipe, device=None) -> RunResult | None:
     if not all((folder / name).exists() for name in needed):
         return None
     try:
-        if load_recipe(json.loads((folder / "recipe.json").read_text())).to_dict() != recipe.to_dict():
+        tree = json.loads((folder / "recipe.json").read_text())
+        saved = load_recipe(tree, command=tasks.TASKS[tree.get("task") or "causal_lm"].command)
+        if saved.to_dict() != recipe.to_dict():
             return None
-        return RunResult.load(folder, device)
+        return dataclasses.replace(open_run(folder, device=device), recipe=saved)
     except Exception:  # noqa: BLE001  (an unreadable recipe, damaged weights: train it again)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- a saved run, again
+def check_run_folder(source, hub: bool = True) -> Path:
+    """The refusals a run folder gets before anything is read, each one line naming it: a folder that holds no
+    config.json (nor a saved n-gram's), a path that does not exist. With `hub`, a name user/model that is not a local
+    path is left to the Hub."""
+    source = str(source)
+    path = Path(source)
+    if path.exists() and not any((path / name).is_file() for name in ("config.json", NGRAM_CONFIG)):
+        raise MissingFileError(
+            f"{source} holds no config.json: give the output_dir of a run (hf-seq train, finetune or lineage) or a "
+            "folder written by save_pretrained"
+        )
+    if not path.exists() and not (hub and not source.startswith((".", "/", "~")) and source.count("/") == 1):
+        raise MissingFileError(f"{source} does not exist (give a run folder{' or a Hub name user/model' * hub})")
+    return path
+
+
+def open_run(source, accept: tuple[str, ...] | None = None, device=None, hub: bool = True) -> RunResult:
+    """A saved run read back: the one way `hf-seq generate / evaluate / card / studio`, the studio and `finished_run`
+    open a run folder (`source`; with `hub`, also a Hub name user/model).
+
+    Refused, each in one line naming the folder (a `UserError`): a missing folder or one without config.json
+    (`check_run_folder`); weights that differ from their recorded checksums, or without a record hold NaN or
+    impossible values (`verify_checksums`); a model that is not of an hf-seq family; a model of an Auto class not in
+    `accept`, the names of the classes the caller reads a folder with (transformers' Auto classes such as
+    "AutoModelForCausalLM", and "KneserNeyLM" for a saved n-gram; None: any family's model, no n-gram), refused
+    before its weights are read.
+
+    Returns a `RunResult`: the model as the class it was saved as (`config.architectures`), in eval mode on `device`
+    (default the CPU), or the `KneserNeyLM`; its tokenizer (None where the folder holds none: a model of real values);
+    `summary` and `evaluations` from metrics.json (empty where there is none, as on the Hub); no recipe."""
+    path = check_run_folder(source, hub)
+    local = path.is_dir()
+    if local:
+        verify_checksums(path)
+    if local and (path / NGRAM_CONFIG).is_file():
+        _refuse_unless(accept, "KneserNeyLM", f"{source} holds an n-gram (KneserNeyLM)")
+        model = KneserNeyLM.from_pretrained(path)
+    else:
+        model = _saved_model(str(source), accept).to(device or "cpu").eval()
+    tokenizer = _saved_tokenizer(str(source), local)
+    metrics = json.loads((path / "metrics.json").read_text()) if local and (path / "metrics.json").is_file() else {}
+    evaluations = metrics.pop("evaluations", [])
+    device = model.device if isinstance(model, torch.nn.Module) else torch.device("cpu")
+    return RunResult(model, tokenizer, evaluations, metrics, path if local else source, device)
+
+
+def _refuse_unless(accept, class_name: str, holds: str) -> None:
+    """Refuse a model read with `class_name` unless `accept` names it (None: any family's model, no n-gram)."""
+    if accept is None and class_name == "KneserNeyLM":
+        raise InvalidValueError(f"{holds}; only a model of an hf-seq family can be read here")
+    if accept is not None and class_name not in accept:
+        raise InvalidValueError(f"{holds}; what can be read here: {', '.join(accept)}")
+
+
+def _saved_model(source: str, accept):
+    """The model in `source` as the class it was saved as, once its config names an hf-seq family and that class."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as error:  # no such Hub name, a config.json of no known model_type
+        raise MissingFileError(f"{source}: config.json does not load ({str(error).splitlines()[0]})") from None
+    fam = next((fam for fam in FAMILIES if fam.model_type == config.model_type), None)
+    if fam is None:  # by model_type only: transformers' "bert" is not hf-seq's (hf_seq_bert)
+        known = ", ".join(fam.model_type for fam in FAMILIES)
+        raise InvalidValueError(f"{source} holds a {config.model_type!r} model, not one of hf-seq's families ({known})")
+    saved = (config.architectures or [None])[0]
+    auto_class = next((auto for auto, name in fam.models.items() if name == saved), None)
+    if auto_class is None:
+        raise InvalidValueError(
+            f"{source}: config.json names the model class {saved!r}, which is not one of the {fam.name} family's "
+            f"({', '.join(fam.models.values())}): save the model with save_pretrained"
+        )
+    _refuse_unless(accept, auto_class, f"{source} holds a {saved} ({auto_class})")
+    try:
+        return fam.model_class(auto_class).from_pretrained(source, config=config)
+    except OSError as error:  # transformers' answer for a folder or Hub name that holds no weights
+        raise MissingFileError(f"{source}: the weights do not load ({str(error).splitlines()[0]})") from None
+
+
+def _saved_tokenizer(source: str, local: bool):
+    """The run's tokenizer; None where it has none (a model of real values)."""
+    from transformers import AutoTokenizer
+
+    if local:
+        return AutoTokenizer.from_pretrained(source) if (Path(source) / "tokenizer_config.json").is_file() else None
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError):  # a Hub model of real values has no tokenizer files
         return None
 
 
@@ -235,30 +317,27 @@ def plot_loss_curve(losses: list[float], evaluations: list[dict], path: Path, st
 
 
 def evaluate_folder(folder, recipe=None, overrides=(), device=None) -> dict:
-    """The metrics a run reports, measured again on a saved model: on the held-out (and test) data of its recipe.
-    Works for every task, pretrained or fine-tuned: the same `tasks.evaluate` the run used."""
-    from transformers import AutoTokenizer
-
+    """The metrics a run reports, measured again on a saved model (opened by `open_run`): on the held-out (and test)
+    data of its recipe, or of `recipe` with `overrides`. Works for every task, pretrained or fine-tuned: the same
+    `tasks.evaluate` the run used."""
     from hf_seq.training.recipes import load_recipe
 
-    folder = Path(folder)
-    verify_checksums(folder)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    run = open_run(folder, device=device)
     if recipe is None:
-        if not (folder / "recipe.json").exists():
+        saved = Path(folder) / "recipe.json"
+        if not saved.is_file():
             raise MissingFileError(f"{folder} has no recipe.json (not trained by hf-seq): pass --recipe")
-        recipe = json.loads((folder / "recipe.json").read_text())
+        recipe = json.loads(saved.read_text())
     if not isinstance(recipe, dict):
         recipe = str(recipe)
     task_name = (recipe.get("task") if isinstance(recipe, dict) else None) or "causal_lm"
     command = tasks.TASKS[task_name].command if task_name in tasks.TASKS else "train"
     recipe = load_recipe(recipe, overrides, command=command)
     recipe.model = {k: v for k, v in recipe.model.items() if k != "from_pretrained"}
-    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").exists() else None
-    prepared = tasks.prepare(recipe, tokenizer=tokenizer)
-    model = get_family(recipe.family).model_class(prepared.task.auto_class).from_pretrained(folder)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    prepared = tasks.prepare(recipe, tokenizer=run.tokenizer)
     torch.set_num_threads(choose_threads(recipe.training.threads))
-    return tasks.evaluate(recipe, prepared, model.to(device), device)
+    return tasks.evaluate(recipe, prepared, run.model, device)
 
 
 __all__ = [
@@ -266,8 +345,10 @@ __all__ = [
     "budget_note",
     "build_config",
     "build_model",
+    "check_run_folder",
     "choose_threads",
     "evaluate_folder",
     "finished_run",
+    "open_run",
     "plot_loss_curve",
 ]
