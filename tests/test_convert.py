@@ -204,7 +204,7 @@ def test_concat_rule_round_trips():
 
 @pytest.mark.parametrize(
     "pair",
-    [convert.gpt2, convert.bert, convert.marian, convert.mamba],
+    [convert.gpt2, convert.bert, convert.marian, convert.mamba, convert.mamba2],
     ids=lambda module: module.__name__.rsplit(".", 1)[-1],
 )
 def test_every_declared_field_exists_on_its_side(pair):
@@ -380,3 +380,151 @@ def test_to_transformers_rejects_options_mamba_lacks(option, value):
 def test_from_transformers_rejects_options_mamba_block_lacks():
     with pytest.raises(ValueError, match="MambaConfig.hidden_act='gelu'"):
         from_transformers(mamba("small", hidden_act="gelu"))
+
+
+# ------------------------------------------------------------------------------------ Mamba-2 <-> SSM (mamba2)
+MAMBA2_SIZES = {  # chunk_size 8 and sequences of 9 tokens: one full chunk and one padded
+    "small": dict(hidden_size=32, num_hidden_layers=2, num_heads=4, head_dim=16, n_groups=2, state_size=8),
+    "biases-untied": dict(
+        hidden_size=24,
+        num_hidden_layers=3,
+        expand=3,
+        num_heads=6,
+        head_dim=12,
+        n_groups=3,
+        state_size=6,
+        conv_kernel=3,
+        use_bias=True,
+        use_conv_bias=False,
+        residual_in_fp32=False,
+        time_step_limit=(0.01, 0.5),
+    ),
+}
+
+
+def mamba2(size: str, cls=transformers.Mamba2ForCausalLM, **overrides):
+    torch.manual_seed(0)
+    ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.Mamba2Config(
+        vocab_size=VOCAB, layer_norm_epsilon=1e-6, chunk_size=8, **ids, **{**MAMBA2_SIZES[size], **overrides}
+    )
+    model = cls(config).eval()
+    with torch.no_grad():  # every weight away from its initial value, so a swapped or skipped tensor is caught
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.normal_(1.0, 0.3)
+            elif "embeddings" in name:
+                param.normal_(0.0, 0.3)
+            else:
+                param.add_(0.2 * torch.randn_like(param))
+    return model
+
+
+@pytest.mark.parametrize("size", list(MAMBA2_SIZES))
+def test_mamba2_from_transformers_gives_equal_logits(size):
+    reference = mamba2(size)
+    ours = from_transformers(reference)
+    assert type(ours) is SSMForCausalLM and not ours.training
+    config, expected_config = ours.config, reference.config
+    assert config.ssm_type == "mamba2" and config.layer_norm_eps == 1e-6
+    for option in ("hidden_size", "num_hidden_layers", "state_size", "expand", "conv_kernel", "num_heads", "head_dim"):
+        assert getattr(config, option) == getattr(expected_config, option), option
+    for option in ("n_groups", "chunk_size", "use_bias", "use_conv_bias", "residual_in_fp32", "tie_word_embeddings"):
+        assert getattr(config, option) == getattr(expected_config, option), option
+    assert config.time_step_limit == tuple(expected_config.time_step_limit)
+    input_ids, attention_mask = batch()
+    with torch.no_grad():
+        expected = reference(input_ids[1:]).logits
+        assert (ours(input_ids[1:]).logits - expected).abs().max() < 1e-4
+        assert expected.std() > 0.1
+        if not expected_config.use_bias:  # see hf_seq.convert.mamba2: with in_proj biases the two pad differently
+            expected = reference(input_ids, attention_mask=attention_mask).logits
+            got = ours(input_ids, attention_mask=attention_mask).logits
+            real = attention_mask.bool()
+            assert (got[real] - expected[real]).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("size", list(MAMBA2_SIZES))
+def test_mamba2_greedy_generation_matches(size):
+    """Prefill by the chunked form, then the one-token step, on both sides."""
+    reference = mamba2(size)
+    ours = from_transformers(reference)
+    input_ids, attention_mask = batch()
+    if reference.config.use_bias:
+        attention_mask = torch.ones_like(attention_mask)
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+    expected = reference.generate(input_ids, **kwargs)
+    assert len(set(expected[:, -8:].flatten().tolist())) > 3  # not a degenerate repetition
+    assert torch.equal(ours.generate(input_ids, **kwargs), expected)
+
+
+@pytest.mark.parametrize("size", list(MAMBA2_SIZES))
+def test_mamba2_to_transformers_round_trip(size):
+    reference = mamba2(size)
+    back = to_transformers(from_transformers(reference))
+    assert type(back) is transformers.Mamba2ForCausalLM
+    state, expected = back.state_dict(), reference.state_dict()
+    assert state.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(state[name], tensor), name
+    for option in ("num_heads", "head_dim", "n_groups", "state_size", "chunk_size", "use_bias", "use_conv_bias"):
+        assert getattr(back.config, option) == getattr(reference.config, option), option
+    assert tuple(back.config.time_step_limit) == tuple(reference.config.time_step_limit)
+    input_ids, _ = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(back(input_ids).logits, reference(input_ids).logits, atol=1e-6, rtol=0)
+
+
+def test_our_mamba2_to_transformers_and_back():
+    torch.manual_seed(0)
+    config = SSMConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        ssm_type="mamba2",
+        head_dim=16,
+        n_groups=2,
+        state_size=8,
+        chunk_size=4,
+        initializer_range=0.3,
+    )
+    ours = SSMForCausalLM(config).eval()
+    reference = to_transformers(ours)
+    assert type(reference) is transformers.Mamba2ForCausalLM and reference.config.chunk_size == 4
+    input_ids, attention_mask = batch()
+    with torch.no_grad():
+        assert (reference(input_ids).logits - ours(input_ids).logits).abs().max() < 1e-4
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(reference.generate(input_ids, **kwargs), ours.generate(input_ids, **kwargs))
+    again = from_transformers(reference)
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in ours.state_dict().items())
+    # the Mamba pair, registered for the same class, still serves the mamba block
+    mamba_ours = SSMForCausalLM(SSMConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, state_size=4))
+    assert type(to_transformers(mamba_ours)) is transformers.MambaForCausalLM
+
+
+def test_mamba2_base_models_convert():
+    reference = mamba2("biases-untied", cls=transformers.Mamba2Model)
+    ours = from_transformers(reference)
+    assert type(ours) is SSMModel
+    input_ids, _ = batch()
+    with torch.no_grad():
+        expected = reference(input_ids).last_hidden_state
+        torch.testing.assert_close(ours(input_ids).last_hidden_state, expected, atol=1e-5, rtol=0)
+    back = to_transformers(ours)
+    assert type(back) is transformers.Mamba2Model
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in reference.state_dict().items())
+
+
+@pytest.mark.parametrize("option, value", [("norm_before_gate", True), ("rms_norm", False), ("hidden_dropout", 0.1)])
+def test_to_transformers_rejects_options_mamba2_lacks(option, value):
+    config = SSMConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, ssm_type="mamba2", head_dim=8, **{option: value}
+    )
+    with pytest.raises(ValueError, match=rf"SSMConfig.{option}={value!r} has no Mamba-2 equivalent"):
+        to_transformers(SSMForCausalLM(config))
+
+
+def test_from_transformers_rejects_options_mamba2_block_lacks():
+    with pytest.raises(ValueError, match="Mamba2Config.hidden_act='gelu' has no SSMConfig equivalent"):
+        from_transformers(mamba2("small", hidden_act="gelu"))

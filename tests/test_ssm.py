@@ -72,9 +72,32 @@ class TestSSMMambaBiasesKernel2(TestSSMMamba):
     expensive_checks = False
 
 
+class TestSSMMamba2(ModelTesterMixin):
+    family = "hf_seq_ssm"
+    config_kwargs = dict(
+        hidden_size=16,
+        num_hidden_layers=2,
+        ssm_type="mamba2",
+        head_dim=8,  # 4 heads of 8 channels over the inner width 32
+        n_groups=2,
+        state_size=4,
+        chunk_size=3,  # seq_len 7: chunks of 3, 3 and 1 (padded), the state carried between them
+        hidden_dropout=0.1,
+        initializer_range=0.3,
+    )
+    no_dropout = dict(hidden_dropout=0.0)
+    has_position_limit = False
+
+
+class TestSSMMamba2NormBeforeGateBiases(TestSSMMamba2):
+    config_overrides = dict(norm_before_gate=True, use_bias=True, use_conv_bias=False, n_groups=1, chunk_size=2)
+    expensive_checks = False
+
+
 TINY = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, initializer_range=0.3)
 S4D = dict(TINY, ssm_type="s4d", state_size=8)
 MAMBA = dict(TINY, ssm_type="mamba", state_size=4, scan_chunk_size=4)
+MAMBA2 = dict(TINY, ssm_type="mamba2", head_dim=8, n_groups=2, state_size=4, chunk_size=3)
 
 
 # ------------------------------------------------------------------------------------ the equations, layer by layer
@@ -314,7 +337,7 @@ def test_s4d_initialisations():
 
 
 # ------------------------------------------------------------------------------------------------- the state
-@pytest.mark.parametrize("config", [S4D, MAMBA], ids=["s4d", "mamba"])
+@pytest.mark.parametrize("config", [S4D, MAMBA, MAMBA2], ids=["s4d", "mamba", "mamba2"])
 def test_state_carried_in_chunks_equals_one_pass(config):
     """Left-padded rows, fed in chunks of 3, 1 and 4 tokens with the returned state: the same logits and final state
     as one pass. One row's first chunk is all padding, so its state must stay zero through it."""
@@ -335,14 +358,14 @@ def test_state_carried_in_chunks_equals_one_pass(config):
     full_state = getattr(full, CACHE_NAME)
     torch.testing.assert_close(torch.cat(logits, 1)[real], full.logits[real], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(state.ssm_states, full_state.ssm_states, rtol=1e-5, atol=1e-5)
-    if config["ssm_type"] == "mamba":
+    if config["ssm_type"] != "s4d":
         torch.testing.assert_close(state.conv_states, full_state.conv_states)
     else:
         assert state.conv_states is None
     assert state.get_seq_length() == full_state.get_seq_length() == 8
 
 
-@pytest.mark.parametrize("config", [S4D, MAMBA], ids=["s4d", "mamba"])
+@pytest.mark.parametrize("config", [S4D, MAMBA, MAMBA2], ids=["s4d", "mamba", "mamba2"])
 def test_generation_cost_per_token_does_not_grow_with_the_context(config):
     """After the prompt each forward gets one token, and the state it returns has the same size at a context of 64
     and of 2048 tokens; one decoding step costs the same floating-point operations at both."""
@@ -389,7 +412,7 @@ def test_beam_search_reorders_the_state(monkeypatch):
     torch.testing.assert_close(cached.sequences_scores, recomputed.sequences_scores)
 
 
-@pytest.mark.parametrize("config", [S4D, MAMBA], ids=["s4d", "mamba"])
+@pytest.mark.parametrize("config", [S4D, MAMBA, MAMBA2], ids=["s4d", "mamba", "mamba2"])
 def test_generate_continues_from_a_returned_state(config):
     torch.manual_seed(0)
     model = SSMForCausalLM(SSMConfig(**config)).eval()
@@ -401,7 +424,7 @@ def test_generate_continues_from_a_returned_state(config):
     assert torch.equal(model.generate(ids, **{CACHE_NAME: state}, **kwargs), whole)
 
 
-@pytest.mark.parametrize("config", [S4D, MAMBA], ids=["s4d", "mamba"])
+@pytest.mark.parametrize("config", [S4D, MAMBA, MAMBA2], ids=["s4d", "mamba", "mamba2"])
 def test_bf16_forward_and_generate(config):
     """Half precision: the SSM runs in float32 inside (there is no complex bfloat16), the outputs come back in
     bfloat16, and generation carries the float32 state."""

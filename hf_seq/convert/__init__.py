@@ -47,7 +47,7 @@ from .classic import CLASSIC_NAMES, from_state_dict
 
 # isort: split
 # After base, which loads transformers' model classes before our models load theirs; each registers its pairs.
-from . import bert, gpt2, mamba, marian  # noqa: E402, F401
+from . import bert, gpt2, mamba, mamba2, marian  # noqa: E402, F401
 
 __all__ = [
     "ACTIVATIONS",

@@ -205,9 +205,23 @@ def to_transformers(model: PreTrainedModel) -> PreTrainedModel:
             f"to_transformers: no conversion from {type(model).__name__}; supported: "
             f"{sorted(c.ours.__name__ for c in CONVERSIONS.values())}."
         )
-    conversion = matches[0]
-    config = conversion.config_to_reference(model.config)
-    return _convert(model, conversion.reference, config, conversion, to_reference=True)
+    # Several references may share our class (Mamba and Mamba-2 both convert SSMForCausalLM): the first whose config
+    # conversion accepts this config is used; when none does, the error gives each one's refusal.
+    refusals = []
+    for conversion in matches:
+        try:
+            config = conversion.config_to_reference(model.config)
+        except ValueError as refusal:
+            refusals.append(refusal)
+            continue
+        return _convert(model, conversion.reference, config, conversion, to_reference=True)
+    if len(refusals) == 1:
+        raise refusals[0]
+    names = " or ".join(c.reference.__name__ for c in matches)
+    raise ValueError(
+        f"{type(model).__name__} converts to {names}; each refuses this model: "
+        + " | ".join(str(refusal) for refusal in refusals)
+    ) from refusals[0]
 
 
 def _convert(source, target_class, target_config, conversion: Conversion, to_reference: bool):

@@ -1,5 +1,6 @@
-r"""State-space language models: S4D (Gu, Gupta, Goel and Re 2022) and Mamba (Gu and Dao 2023) blocks over token
-embeddings, chosen by `SSMConfig.ssm_type`. models/scan.py states the SSM equations and computes them.
+r"""State-space language models: S4D (Gu, Gupta, Goel and Re 2022), Mamba (Gu and Dao 2023) and Mamba-2 (Dao and
+Gu 2024) blocks over token embeddings, chosen by `SSMConfig.ssm_type`. models/scan.py states the equations of S4D and
+Mamba and computes them, models/ssd.py those of Mamba-2.
 
 $$
 \begin{aligned}
@@ -29,11 +30,23 @@ $$
 
 conv1d is causal and depthwise (one filter of `conv_kernel` taps per channel: models/convolution.py).
 
+The Mamba-2 mixer (transformers' `Mamba2Mixer`, names and layouts alike) convolves B and C with x, gives each of
+its heads one scalar decay, and normalises the gated output per group:
+
+$$
+\begin{aligned}
+(z, xBC, \Delta) &= W_{in} u, \quad (x, B, C) = \mathrm{SiLU}(\mathrm{conv1d}(xBC)), \quad
+    \Delta = \mathrm{clamp}(\mathrm{softplus}(\Delta + b_\Delta)) \\
+y &= \mathrm{SSD}(x, \Delta, A, B, C) + D x, \qquad
+\mathrm{Mixer}(u) = W_{out}\, \mathrm{RMSNorm}_{groups}(y \odot \mathrm{SiLU}(z))
+\end{aligned}
+$$
+
 A call returns the state after its last token (an `SSMState`, under `past_key_values`) and accepts it back. The
-sequence modes (S4D's FFT convolution, Mamba's chunked scan) read the prompt; the recurrent modes read one token per
-generate() step, at a cost that does not grow with the context. Padding: the SSM's input (and Mamba's convolution
-input) is zeroed at padded positions, so a left-padded row's state stays zero until its first real token, and every
-row computes what it computes alone.
+sequence modes (S4D's FFT convolution, the Mambas' chunked scans) read the prompt; the recurrent modes read one token
+per generate() step, at a cost that does not grow with the context. Padding: the SSM's input (and the Mambas'
+convolution input) is zeroed at padded positions, so a left-padded row's state stays zero until its first real token,
+and every row computes what it computes alone.
 """
 
 import math
@@ -51,6 +64,7 @@ from .convolution import CausalConv1d
 from .layers import make_norm
 from .prediction import ValuePredictionHead
 from .scan import s4d_convolution, s4d_step, selective_scan, selective_step, zoh_discretize
+from .ssd import ssd_chunked, ssd_matrix, ssd_step
 from .state import SSMState
 from .utils import (
     CheckedGenerationMixin,
@@ -186,17 +200,122 @@ class MambaMixer(nn.Module):
         return self.out_proj(y), ssm_state, queue
 
 
+class GatedRMSNorm(nn.Module):
+    """RMSNorm over groups of channels, gated by SiLU(z): Norm(y * SiLU(z)) (transformers' MambaRMSNormGated) or,
+    with `norm_before_gate`, Norm(y) * SiLU(z). Each of the n_groups groups of channels is normalised on its own,
+    so the result does not depend on how the heads are split over devices (Dao and Gu 2024, section 8)."""
+
+    def __init__(self, size: int, groups: int, eps: float, norm_before_gate: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.groups, self.eps, self.norm_before_gate = groups, eps, norm_before_gate
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        dtype, y, gate = y.dtype, y.float(), F.silu(z.float())
+        if not self.norm_before_gate:
+            y = y * gate
+        grouped = y.unflatten(-1, (self.groups, -1))  # (..., G, E / G)
+        y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
+        if self.norm_before_gate:
+            y = y * gate
+        return self.weight * y.to(dtype)
+
+
+class Mamba2Mixer(nn.Module):
+    """The SSD block (models/ssd.py). `in_proj` (H -> E + (E + 2GN) + heads: the gate z, then x, B, C, then Delta),
+    `conv1d` over x, B and C together (causal, depthwise), `dt_bias`, `A_log` and `D` (one each per head), `norm`
+    (the gated RMSNorm, E), `out_proj` (E -> H): the names and layouts of transformers' Mamba2Mixer."""
+
+    def __init__(self, config: SSMConfig):
+        super().__init__()
+        inner, heads, size = config.intermediate_size, config.num_heads, config.n_groups * config.state_size
+        self.shape = (heads, config.head_dim, config.n_groups, config.state_size)
+        self.split, self.xBC_split = (inner, inner + 2 * size, heads), (inner, size, size)
+        self.chunk_size, self.time_step_limit = config.chunk_size, tuple(config.time_step_limit)
+        self.in_proj = nn.Linear(config.hidden_size, 2 * inner + 2 * size + heads, bias=config.use_bias)
+        channels = inner + 2 * size
+        self.conv1d = CausalConv1d(channels, channels, config.conv_kernel, groups=channels, bias=config.use_conv_bias)
+        self.dt_bias = nn.Parameter(torch.empty(heads))
+        self.A_log = nn.Parameter(torch.empty(heads))
+        self.D = nn.Parameter(torch.empty(heads))
+        eps, groups = config.layer_norm_eps, config.n_groups
+        self.norm = GatedRMSNorm(inner, groups, eps, config.norm_before_gate) if config.rms_norm else None
+        self.out_proj = nn.Linear(inner, config.hidden_size, bias=config.use_bias)
+
+    @torch.no_grad()
+    def init_ssm_parameters(self, config: SSMConfig):
+        """A_h = -h for head h = 1..heads, D = 1, Delta = softplus(b_Delta) log-uniform in [time_step_min,
+        time_step_max] (at least time_step_floor); conv1d and out_proj as PyTorch initialises them."""
+        heads = self.A_log.shape[0]
+        init.copy_(self.A_log, torch.log(torch.arange(1, heads + 1, dtype=torch.float32)))
+        init.ones_(self.D)
+        low, high = math.log(config.time_step_min), math.log(config.time_step_max)
+        dt = torch.exp(torch.rand(heads) * (high - low) + low).clamp(min=config.time_step_floor)
+        init.copy_(self.dt_bias, dt + torch.log(-torch.expm1(-dt)))  # softplus^{-1}(dt)
+        init.kaiming_uniform_(self.conv1d.weight, a=math.sqrt(5))
+        if self.conv1d.bias is not None:
+            init.zeros_(self.conv1d.bias)
+        init.kaiming_uniform_(self.out_proj.weight, a=math.sqrt(5))
+        if self.norm is not None:
+            init.ones_(self.norm.weight)
+
+    def ssm_inputs(self, hidden_states, mask=None, conv_state=None):
+        """hidden_states (B, T, H) -> the gate z (B, T, E), x (B, T, heads, P), Delta (B, T, heads), B and C
+        (B, T, G, N), and the convolution's queue after the last token. A padded position gets x = B = C = 0 and
+        Delta = 0: it neither writes nor decays the state."""
+        heads, head_dim, groups, size = self.shape
+        z, xBC, dt = self.in_proj(hidden_states).split(self.split, dim=-1)  # (B, T, E), (B, T, E + 2GN), (B, T, h)
+        if mask is not None:
+            xBC = xBC * mask[..., None]
+        xBC, queue = self.conv1d(xBC, conv_state)
+        xBC = F.silu(xBC)
+        dt = F.softplus(dt + self.dt_bias).clamp(*self.time_step_limit)
+        if mask is not None:
+            xBC, dt = xBC * mask[..., None], dt * mask[..., None]
+        x, B, C = xBC.split(self.xBC_split, dim=-1)
+        x = x.unflatten(-1, (heads, head_dim))  # (B, T, h, P)
+        B, C = B.unflatten(-1, (groups, size)), C.unflatten(-1, (groups, size))  # (B, T, G, N) each
+        return z, x, dt, B, C, queue
+
+    def forward(self, hidden_states, mask=None, ssm_state=None, conv_state=None, return_state=False):
+        """hidden_states (B, T, H) -> (B, T, H), the SSM state (B, heads, P, N) and the convolution's queue (B,
+        kernel - 1, E + 2GN) after the last token. One token with a state runs the recurrence, else the chunked form."""
+        z, x, dt, B, C, queue = self.ssm_inputs(hidden_states, mask, conv_state)
+        A = -torch.exp(self.A_log.float())  # (h,)
+        if ssm_state is not None and x.shape[1] == 1:
+            y, ssm_state = ssd_step(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], self.D, ssm_state)
+            y = y[:, None]
+        else:
+            y, ssm_state = ssd_chunked(x, dt, A, B, C, self.D, ssm_state, self.chunk_size)
+        y = y.flatten(2)  # (B, T, E)
+        y = self.norm(y, z) if self.norm is not None else y * F.silu(z.float())
+        return self.out_proj(y.to(hidden_states.dtype)), ssm_state, queue
+
+    def attention(self, hidden_states, mask=None, skip=True) -> torch.Tensor:
+        """The attention matrix the layer computes over a sequence from zeros, per head: (B, heads, T, T), row t the
+        weights of the inputs x_s (s <= t) in the SSM's output y_t, M = L o (C B^T) diag(Delta) (models/ssd.py), with
+        the skip D on the diagonal (`skip=False`: without). y = M x for x of `ssm_inputs`, before the gate, the norm
+        and out_proj. hidden_states is the mixer's input (B, T, H), after the block's norm."""
+        _, x, dt, B, C, _ = self.ssm_inputs(hidden_states, mask)
+        matrix = ssd_matrix(dt, -torch.exp(self.A_log.float()), B, C)
+        if skip:
+            matrix = matrix + torch.diag_embed(self.D.float()[:, None].expand(-1, x.shape[1]))
+        return matrix
+
+
+MIXERS = {"s4d": S4DMixer, "mamba": MambaMixer, "mamba2": Mamba2Mixer}
+
+
 class SSMBlock(GradientCheckpointingLayer):
-    """h + Dropout(Mixer(Norm(h))): LayerNorm and the S4D mixer, or RMSNorm and the Mamba mixer."""
+    """h + Dropout(Mixer(Norm(h))): LayerNorm and the S4D mixer, or RMSNorm and a Mamba mixer."""
 
     def __init__(self, config: SSMConfig, layer_idx: int):
         super().__init__()
-        mamba = config.ssm_type == "mamba"
         self.layer_idx = layer_idx
-        self.norm = make_norm("rmsnorm" if mamba else "layernorm", config.hidden_size, config.layer_norm_eps)
-        self.mixer = MambaMixer(config) if mamba else S4DMixer(config)
+        self.norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
+        self.mixer = MIXERS[config.ssm_type](config)
         self.dropout = nn.Dropout(config.hidden_dropout)
-        self.residual_in_fp32 = mamba and config.residual_in_fp32
+        self.residual_in_fp32 = config.ssm_type != "s4d" and config.residual_in_fp32
 
     def forward(self, hidden_states, mask=None, ssm_state=None, conv_state=None, return_state=False):
         residual = hidden_states.float() if self.residual_in_fp32 else hidden_states
@@ -212,7 +331,7 @@ class SSMPreTrainedModel(StatefulPreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)  # linears and embeddings N(0, initializer_range), biases 0, norms 1
-        if isinstance(module, (S4DMixer, MambaMixer)):  # after its linears: the mixer's own init wins
+        if isinstance(module, tuple(MIXERS.values())):  # after its linears: the mixer's own init wins
             module.init_ssm_parameters(self.config)
 
 
@@ -224,8 +343,7 @@ class SSMModel(SSMPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(SSMBlock(config, i) for i in range(config.num_hidden_layers))
-        norm_type = "rmsnorm" if config.ssm_type == "mamba" else "layernorm"
-        self.norm = make_norm(norm_type, config.hidden_size, config.layer_norm_eps)
+        self.norm = make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps)
         self.post_init()
 
     @can_return_tuple
@@ -257,7 +375,7 @@ class SSMModel(SSMPreTrainedModel):
         all_hidden_states[-1] = hidden_states  # the last entry is the output, as in transformers' models
         state = None
         if inputs.use_cache:
-            conv = torch.stack(conv_states) if self.config.ssm_type == "mamba" else None
+            conv = torch.stack(conv_states) if self.config.ssm_type != "s4d" else None
             state = inputs.state_after(torch.stack(ssm_states), conv)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,

@@ -100,8 +100,9 @@ class RecurrentState(CarriedState):
 class SSMState(CarriedState):
     """A state-space model's state, of fixed size whatever the context (transformers' Mamba cache holds the same two
     parts per layer): `ssm_states`, every layer's SSM state (num_layers, B, channels, modes), complex for a complex
-    S4D; `conv_states`, the short convolution's last kernel - 1 inputs (num_layers, B, kernel - 1, channels) in
-    Mamba, None in S4D, which has no such convolution."""
+    S4D, (num_layers, B, heads, head_dim, state_size) in Mamba-2; `conv_states`, the short convolution's last
+    kernel - 1 inputs (num_layers, B, kernel - 1, channels) in the Mambas (Mamba-2's channels are x, B and C), None
+    in S4D, which has no such convolution."""
 
     ssm_states: torch.Tensor
     conv_states: torch.Tensor | None = None
