@@ -41,13 +41,15 @@ LAYER = ["norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.x_
 LAYER += ["mixer.dt_proj.bias", "mixer.A_log", "mixer.D", "mixer.out_proj.weight"]
 
 
-def rules(config: SSMConfig, head: bool) -> list[Rule]:
+def rules(config: SSMConfig, head: bool, layer: list[str] = LAYER) -> list[Rule]:
+    """The pair's weights: the embeddings, the final norm, each layer's `layer` names (and the biases its config
+    has), the head. Mamba-2's pair (convert/mamba2.py) names its layer's weights and reuses the rest."""
     ours, ref = ("model.", "backbone.") if head else ("", "")
     rules = [
         Rule(f"{ours}embed_tokens.weight", (f"{ref}embeddings.weight",)),
         Rule(f"{ours}norm.weight", (f"{ref}norm_f.weight",)),
     ]
-    names = LAYER + ["mixer.in_proj.bias", "mixer.out_proj.bias"] * config.use_bias
+    names = layer + ["mixer.in_proj.bias", "mixer.out_proj.bias"] * config.use_bias
     names += ["mixer.conv1d.bias"] * config.use_conv_bias
     for i in range(config.num_hidden_layers):
         rules += [Rule(f"{ours}layers.{i}.{name}", (f"{ref}layers.{i}.{name}",)) for name in names]

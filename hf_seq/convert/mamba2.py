@@ -14,7 +14,8 @@ import transformers
 
 from ..models.configuration_ssm import SSMConfig
 from ..models.modeling_ssm import SSMForCausalLM, SSMModel
-from .base import ConfigMap, Rule, register, same
+from . import mamba
+from .base import ConfigMap, register, same
 
 FIELDS = {  # SSMConfig -> Mamba2Config
     **same("vocab_size", "hidden_size", "num_hidden_layers", "state_size", "expand", "conv_kernel"),
@@ -42,20 +43,5 @@ LAYER = ["norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.dt
 LAYER += ["mixer.norm.weight", "mixer.out_proj.weight"]
 
 
-def rules(config: SSMConfig, head: bool) -> list[Rule]:
-    ours, ref = ("model.", "backbone.") if head else ("", "")
-    rules = [
-        Rule(f"{ours}embed_tokens.weight", (f"{ref}embeddings.weight",)),
-        Rule(f"{ours}norm.weight", (f"{ref}norm_f.weight",)),
-    ]
-    names = LAYER + ["mixer.in_proj.bias", "mixer.out_proj.bias"] * config.use_bias
-    names += ["mixer.conv1d.bias"] * config.use_conv_bias
-    for i in range(config.num_hidden_layers):
-        rules += [Rule(f"{ours}layers.{i}.{name}", (f"{ref}layers.{i}.{name}",)) for name in names]
-    if head and not config.tie_word_embeddings:
-        rules.append(Rule("lm_head.weight", ("lm_head.weight",)))
-    return rules
-
-
-register(transformers.Mamba2ForCausalLM, SSMForCausalLM, CONFIG, partial(rules, head=True))
-register(transformers.Mamba2Model, SSMModel, CONFIG, partial(rules, head=False))
+register(transformers.Mamba2ForCausalLM, SSMForCausalLM, CONFIG, partial(mamba.rules, head=True, layer=LAYER))
+register(transformers.Mamba2Model, SSMModel, CONFIG, partial(mamba.rules, head=False, layer=LAYER))
