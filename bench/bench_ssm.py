@@ -17,13 +17,23 @@ model timed against itself reads 0.92-1.04: a ratio within about 0.08 of 1 is no
     python bench/bench_ssm.py --quick     # a tiny configuration, a few seconds, nothing written
     python bench/bench_ssm.py             # writes bench/results/ssm_cpu.md
     python bench/bench_ssm.py --against-gpt   # writes bench/results/ssm_vs_gpt_cpu.md
+    python bench/bench_ssm.py --mamba2        # writes bench/results/mamba2_cpu.md
 
 `--against-gpt` compares training throughput with hf-seq's GPT instead, at the lineage's shapes with 0.4M
 non-embedding parameters each (docs/lineage: vocabulary 4,096, width 128, batch 16 x 128, dropout 0.1): Mamba with
 7 blocks (expand 1, N 16), GPT with 2 blocks (4 heads, feed-forward 518). Both train with their default fused loss.
+
+`--mamba2` adds Mamba-2 (ssm_type="mamba2", models/ssd.py) at the same 0.4M non-embedding parameters: 3 blocks of
+expand 2, 4 heads of 64 channels, N 128 (the paper's), one group, chunks of 64. It trains in one process, interleaved
+step by step, with that GPT, that Mamba (for reference) and transformers' `Mamba2ForCausalLM` on its PyTorch path
+holding the same weights (converted; the two losses are checked equal first). `--profile` adds the operations that
+took the most time in a few Mamba-2 training steps.
 """
 
 import argparse
+import copy
+import dataclasses
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -126,6 +136,27 @@ LINEAGE_MAMBA = dict(
 LINEAGE_GPT = dict(
     hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=518, max_position_embeddings=128
 )
+LINEAGE_SIZE = Size("0.4M", LINEAGE_VOCAB, 128, LINEAGE_MAMBA["num_hidden_layers"], 16, LINEAGE_BATCH, LINEAGE_SEQ, 1)
+SPECIAL_TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def interleaved_training(models: dict, size: Size, rounds: int, steps: int) -> dict[str, list[float]]:
+    """Training tokens/s of each model per round: one warm-up step each, then `rounds` rounds of `steps` steps per
+    model, interleaved step by step, the order reversing between rounds."""
+    runs = {name: TrainingRun(model, size) for name, model in models.items()}
+    for run in runs.values():
+        run.run(1)  # warm-up
+    tokens = size.batch_size * size.seq_len
+    speed = {name: [] for name in models}
+    for r in range(rounds):
+        seconds = dict.fromkeys(models, 0.0)
+        for _ in range(steps):
+            for name in models if r % 2 == 0 else list(models)[::-1]:
+                seconds[name] += runs[name].run(1)
+        for name in models:
+            speed[name].append(steps * tokens / seconds[name])
+        print(f"round {r + 1}: " + ", ".join(f"{n} {speed[n][-1]:.0f} tok/s" for n in models), flush=True)
+    return speed
 
 
 def against_gpt(args) -> None:
@@ -135,26 +166,12 @@ def against_gpt(args) -> None:
     from hf_seq.experiments.study import count_parameters  # (all, non-embedding)
 
     torch.manual_seed(0)
-    special = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     models = {
-        "mamba": SSMForCausalLM(SSMConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_MAMBA, **special)),
-        "gpt": GPTForCausalLM(GPTConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_GPT, **special)),
+        "mamba": SSMForCausalLM(SSMConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_MAMBA, **SPECIAL_TOKENS)),
+        "gpt": GPTForCausalLM(GPTConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_GPT, **SPECIAL_TOKENS)),
     }
-    size = Size("0.4M", LINEAGE_VOCAB, 128, LINEAGE_MAMBA["num_hidden_layers"], 16, LINEAGE_BATCH, LINEAGE_SEQ, 1)
-    runs = {name: TrainingRun(model, size) for name, model in models.items()}
-    for run in runs.values():
-        run.run(1)  # warm-up
     steps = 2 if args.quick else 3
-    tokens = LINEAGE_BATCH * LINEAGE_SEQ
-    speed = {name: [] for name in models}
-    for r in range(2 if args.quick else args.rounds):
-        seconds = dict.fromkeys(models, 0.0)
-        for _ in range(steps):
-            for name in models if r % 2 == 0 else list(models)[::-1]:
-                seconds[name] += runs[name].run(1)
-        for name in models:
-            speed[name].append(steps * tokens / seconds[name])
-        print(f"round {r + 1}: " + ", ".join(f"{n} {speed[n][-1]:.0f} tok/s" for n in models), flush=True)
+    speed = interleaved_training(models, LINEAGE_SIZE, 2 if args.quick else args.rounds, steps)
     ratios = [m / g for m, g in zip(speed["mamba"], speed["gpt"])]
     counts = {name: count_parameters(model) for name, model in models.items()}
     print(f"Mamba / GPT: {statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
@@ -183,6 +200,143 @@ def against_gpt(args) -> None:
     print(f"wrote {output}")
 
 
+# Mamba-2 at the same 0.4M non-embedding parameters: 3 blocks of in_proj 128 -> 772 (z, x, B, C, dt), out_proj 256 ->
+# 128, conv1d over 512 channels; 4 heads x 64 channels, N 128, chunks of 64 (two per sequence of 128).
+LINEAGE_MAMBA2 = dict(
+    hidden_size=128,
+    num_hidden_layers=3,
+    ssm_type="mamba2",
+    expand=2,
+    head_dim=64,
+    state_size=128,
+    n_groups=1,
+    chunk_size=64,
+    hidden_dropout=0.1,
+)
+MAMBA2_GOALS = {"gpt": 0.8, "transformers": 2.0}  # Mamba-2's tokens/s over the other's, at least
+MAMBA2_LABELS = {
+    "mamba2": "hf-seq Mamba-2 (chunked SSD)",
+    "gpt": "hf-seq GPT",
+    "mamba": "hf-seq Mamba (for reference)",
+    "transformers": "transformers Mamba2ForCausalLM, PyTorch path, same weights",
+}
+
+
+def mamba2_models() -> dict:
+    """Mamba-2, GPT and Mamba at 0.4M non-embedding parameters, and transformers' Mamba-2 with our Mamba-2's weights.
+    Ours trains with the lineage's dropout (0.1); the converter carries models without dropout, as transformers'
+    Mamba-2 has none, so the reference is converted from a copy with dropout 0 and the same weights: ours does a
+    little more work per step than the reference."""
+    from hf_seq import GPTConfig, GPTForCausalLM
+
+    torch.manual_seed(0)
+    ours = SSMForCausalLM(SSMConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_MAMBA2, **SPECIAL_TOKENS))
+    config = copy.deepcopy(ours.config)
+    config.hidden_dropout = 0.0
+    plain = SSMForCausalLM(config)
+    plain.load_state_dict(ours.state_dict())
+    return {
+        "mamba2": ours,
+        "gpt": GPTForCausalLM(GPTConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_GPT, **SPECIAL_TOKENS)),
+        "mamba": SSMForCausalLM(SSMConfig(vocab_size=LINEAGE_VOCAB, **LINEAGE_MAMBA, **SPECIAL_TOKENS)),
+        "transformers": to_transformers(plain),
+    }
+
+
+@torch.no_grad()
+def losses_on_one_batch(models: dict, names, size: Size) -> list[float]:
+    """Each model's loss (eval mode: no dropout) on the same random batch."""
+    ids = torch.randint(3, size.vocab_size, (2, size.seq_len), generator=torch.Generator().manual_seed(3))
+    return [models[name].eval()(input_ids=ids, labels=ids).loss.item() for name in names]
+
+
+def profile_training(model, size: Size, steps: int = 2, rows: int = 10) -> list[tuple[str, float, int]]:
+    """The operations with the most self CPU time over `steps` training steps (after one warm-up step): (name,
+    ms per step, calls per step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run = TrainingRun(model, size)
+    run.run(1)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        run.run(steps)
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
+    return [(e.key, e.self_cpu_time_total / 1000 / steps, e.count // steps) for e in events]
+
+
+def ratio_cell(numerator: list[float], denominator: list[float]) -> tuple[float, str]:
+    ratios = [a / b for a, b in zip(numerator, denominator)]
+    median = statistics.median(ratios)
+    return median, f"{median:.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
+
+
+def goal_line(other: str, median: float) -> str:
+    goal = MAMBA2_GOALS[other]
+    verdict = "met" if median >= goal else f"**missed** by {goal - median:.2f} ({median / goal:.0%} of the goal)"
+    return f"- Mamba-2 / {other}: **{median:.2f}**, goal >= {goal}: {verdict}"
+
+
+def against_mamba2(args) -> None:
+    """Training tokens/s of Mamba-2, GPT, Mamba and transformers' Mamba-2 (same weights) at 0.4M non-embedding
+    parameters, interleaved step by step; ratios Mamba-2 / the others per round, their median and range."""
+    from hf_seq.experiments.study import count_parameters  # (all, non-embedding)
+
+    load_before = os.getloadavg()
+    models = mamba2_models()
+    # --quick: one sequence of 128 per step (two chunks), two rounds; nothing written
+    size = dataclasses.replace(LINEAGE_SIZE, batch_size=1) if args.quick else LINEAGE_SIZE
+    losses = losses_on_one_batch(models, ("mamba2", "transformers"), size)
+    print(f"loss on one batch: ours {losses[0]:.6f}, transformers {losses[1]:.6f}")
+    if abs(losses[0] - losses[1]) > 1e-4:
+        raise SystemExit("the two Mamba-2 models disagree on the loss: not the same model, no comparison")
+    steps = 2 if args.quick else 3
+    speed = interleaved_training(models, size, 2 if args.quick else args.rounds, steps)
+    cells = {name: ratio_cell(speed["mamba2"], speed[name]) for name in models}
+    cells["mamba2"] = (1.0, "1")
+    for name in list(models)[1:]:
+        print(f"Mamba-2 / {name}: {cells[name][1]}")
+    profile = profile_training(models["mamba2"], size) if args.profile else []
+    for name, ms, calls in profile:
+        print(f"{ms:8.1f} ms/step {calls:5d} calls/step  {name}")
+    load_after = os.getloadavg()
+    if args.quick:
+        return
+    counts = {name: count_parameters(model)[1] for name, model in models.items()}
+    lines = [
+        "# hf-seq Mamba-2 at 0.4M non-embedding parameters: training throughput against GPT, Mamba and transformers",
+        "",
+        *machine_description("cpu"),
+        f"- load average (1, 5, 15 min) before / after: {', '.join(f'{x:.2f}' for x in load_before)} / "
+        f"{', '.join(f'{x:.2f}' for x in load_after)}",
+        f"- Command: `python bench/bench_ssm.py --mamba2{' --profile' if args.profile else ''}"
+        f"{f' --rounds {args.rounds}' if args.rounds != 5 else ''}`",
+        "",
+        f"Vocabulary {LINEAGE_VOCAB}, width 128, tied embeddings, batch {size.batch_size} x {size.seq_len}, AdamW "
+        f"(forward, backward, step); {steps} steps per model per round, interleaved step by step, {args.rounds} "
+        "rounds; tokens/s are medians over rounds, a ratio is the median of the per-round ratios Mamba-2 / the row's "
+        "model (above 1: Mamba-2 trains faster), range in brackets. transformers' model holds Mamba-2's weights; loss "
+        f"on one batch: ours {losses[0]:.6f}, transformers {losses[1]:.6f} (difference "
+        f"{abs(losses[0] - losses[1]):.1e}).",
+        "",
+        "| model | non-embedding parameters | training tokens/s | Mamba-2 / this model |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {MAMBA2_LABELS[n]} | {counts[n]:,} | {statistics.median(speed[n]):,.0f} | {cells[n][1]} |"
+            for n in models
+        ),
+        "",
+        goal_line("gpt", cells["gpt"][0]),
+        goal_line("transformers", cells["transformers"][0]),
+        f"- for reference, Mamba / GPT: {ratio_cell(speed['mamba'], speed['gpt'])[1]}",
+    ]
+    if profile:
+        lines += ["", "Mamba-2's training step, the operations with the most self CPU time:", ""]
+        lines += ["| operation | ms per step | calls per step |", "|---|---:|---:|"]
+        lines += [f"| `{name}` | {ms:.1f} | {calls} |" for name, ms, calls in profile]
+    output = Path(args.output or Path(__file__).parent / "results" / "mamba2_cpu.md")
+    output.write_text("\n".join(lines) + "\n")
+    print(f"wrote {output}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -191,12 +345,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", default=None, help="default: bench/results/ssm_cpu.md")
     parser.add_argument("--against-gpt", action="store_true", help="Mamba vs hf-seq's GPT at 0.4M parameters")
+    parser.add_argument("--mamba2", action="store_true", help="Mamba-2 vs GPT, Mamba, transformers at 0.4M parameters")
+    parser.add_argument("--profile", action="store_true", help="with --mamba2: the costliest operations of its step")
     args = parser.parse_args()
     torch.set_flush_denormal(True)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.against_gpt:
         return against_gpt(args)
+    if args.mamba2:
+        return against_mamba2(args)
     size = QUICK if args.quick else SIZES["small"]
     rounds = 2 if args.quick else args.rounds
     contexts = (16, 64) if args.quick else CONTEXTS

@@ -385,3 +385,71 @@ def test_induction_claims_and_missing_families():
     assert not claims({}, missing)[0]["agrees"]
     with pytest.raises(ValueError, match="unknown member"):
         available(["Y"])
+
+
+def test_duality(tmp_path):
+    """The quick run: every pair of forms agrees at every length and chunk size checked (float32 within the
+    tolerance, float64 to rounding), and every form was timed at every length it is run at."""
+    results = get_experiment("duality").run(quick=True, output_dir=tmp_path)
+    saved = check_written(tmp_path, results)
+    options, rows = saved["options"], saved["differences"]
+    pairs = 1 + 2 * len(options["chunk_sizes"])  # quadratic - recurrence, then chunked against both at each size
+    assert len(rows) == len(options["check_lengths"]) * 2 * pairs
+    assert {row["chunk_size"] for row in rows} == {None, *options["chunk_sizes"]}
+    for row in rows:
+        limit = options["tolerance"] if row["dtype"] == "float32" else 1e-10
+        assert 0 <= row["output"] <= limit and 0 <= row["state"] <= limit, row
+    assert saved["largest_difference"]["float64"] <= 1e-10 and saved["claims"][0]["agrees"]
+    for form, times in saved["seconds_per_call"].items():
+        timed = [t for t in options["lengths"] if form != "recurrence" or t <= options["recurrence_max_length"]]
+        assert [int(t) for t in times] == timed and all(seconds > 0 for seconds in times.values())
+
+
+def test_duality_differences_catch_a_chunked_form_that_forgets_the_earlier_chunks():
+    """Chunks computed each from a zero state (the off-diagonal blocks of M left out) differ from the recurrence far
+    beyond the tolerance, while the quadratic form still agrees with it: the check can fail."""
+    from hf_seq.experiments import duality
+    from hf_seq.models.ssd import ssd_chunked
+
+    def forgetful(inputs, q):
+        length = inputs["x"].shape[1]
+        pieces = [
+            ssd_chunked(**{k: v[:, i : i + q] if k in ("x", "dt", "B", "C") else v for k, v in inputs.items()})
+            for i in range(0, length, q)
+        ]
+        return torch.cat([y for y, _ in pieces], 1), pieces[-1][1]
+
+    s = dataclasses.replace(duality.QUICK, check_lengths=(40,), chunk_sizes=(8,))
+    rows = duality.differences(duality.layer(s), s, duality.FORMS | {"chunked": forgetful})
+    by_pair = {(row["pair"], row["dtype"]): row for row in rows}
+    assert by_pair["quadratic - recurrence", "float64"]["output"] < 1e-10
+    assert by_pair["chunked - recurrence", "float32"]["output"] > 1e-2
+    assert by_pair["chunked - quadratic", "float64"]["state"] > 1e-2
+
+
+def test_duality_claims_follow_the_measured_growth():
+    from hf_seq.experiments.duality import claims, growth_exponent
+
+    lengths = (64, 128, 256, 512)
+    linear, quadratic = {t: 1e-5 * t for t in lengths}, {t: 1e-7 * t * t for t in lengths}
+    times = {"recurrence": {t: 10 * v for t, v in linear.items()}, "quadratic": quadratic, "chunked": linear}
+    growth = {form: growth_exponent(times[form]) for form in times}
+    assert growth["quadratic"] == pytest.approx(2) and growth["chunked"] == pytest.approx(1)
+    rows = claims({"float32": 1e-7, "float64": 1e-16}, 1e-4, times, growth)
+    assert [row["agrees"] for row in rows] == [True] * 4
+    assert "from T = 128" in rows[2]["measured"]  # 1e-5 T below 1e-7 T^2 from T = 128 on
+    times = {"recurrence": {t: v / 2 for t, v in linear.items()}, "quadratic": linear, "chunked": quadratic}
+    growth = {form: growth_exponent(times[form]) for form in times}
+    rows = claims({"float32": 1e-3, "float64": 1e-16}, 1e-4, times, growth)
+    assert [row["agrees"] for row in rows] == [False] * 4
+
+
+def test_duality_refuses_lengths_and_chunk_sizes_that_are_not_positive(tmp_path):
+    module = get_experiment("duality")
+    with pytest.raises(InvalidValueError, match=r"^duality: chunk_sizes=16,0: each must be a positive int$"):
+        module.run(quick=True, output_dir=tmp_path / "out", overrides=["chunk_sizes=16,0"])
+    with pytest.raises(InvalidValueError, match=r"^duality: lengths='64,x': expected comma-separated int$"):
+        module.run(quick=True, output_dir=tmp_path / "out", overrides=["lengths=64,x"])
+    with pytest.raises(InvalidValueError, match=r"^duality: steps=0: must be a positive int$"):
+        module.run(quick=True, output_dir=tmp_path / "out", steps=0)
+    assert not (tmp_path / "out").exists()

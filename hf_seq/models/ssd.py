@@ -145,23 +145,28 @@ def ssd_chunked(x, dt, A, B, C, D=None, state=None, chunk_size=DEFAULT_CHUNK_SIZ
     def chunks(t):  # (b, T, ...) -> (b, chunks, Q, ...)
         return F.pad(wide(t), (0, 0) * (t.dim() - 2) + (0, pad)).unflatten(1, (-1, chunk_size))
 
-    x, dt, B, C = chunks(x), chunks(dt), chunks(per_head(B, heads)), chunks(per_head(C, heads))
-    x_dt = x * dt[..., None]  # (b, c, Q, h, p)
+    groups = B.shape[-2]
+    x, dt, B, C = chunks(x), chunks(dt), chunks(B), chunks(C)  # B, C (b, c, Q, g, n): shared by a group's heads
+    x_dt = (x * dt[..., None]).unflatten(3, (groups, -1))  # (b, c, Q, g, r, p): head h is (h // r, h % r)
     a = (dt * wide(A)).permute(0, 3, 1, 2)  # (b, h, c, Q): log decay per step
     c = torch.cumsum(a, dim=-1)  # (b, h, c, Q): log decay from the chunk's start
-    # within each chunk: the diagonal blocks of M, as matrices
-    M = torch.exp(segment_sum(a)) * torch.einsum("bclhn,bcshn->bhcls", C, B)  # (b, h, c, Q, Q)
-    y = torch.einsum("bhcls,bcshp->bclhp", M, x_dt)
+    # within each chunk: the diagonal blocks of M, as matrices; C B^T once per group, the decay per head
+    scores = torch.einsum("bclgn,bcsgn->bgcls", C, B)[:, :, None]  # (b, g, 1, c, Q, Q)
+    M = torch.exp(segment_sum(a)).unflatten(1, (groups, -1)) * scores  # (b, g, r, c, Q, Q)
+    y = torch.einsum("bgrcls,bcsgrp->bclgrp", M, x_dt)
     # what each chunk writes into the state by its end, then the recurrence over the chunks
-    written = torch.einsum("bhcs,bcshp,bcshn->bchpn", torch.exp(c[..., -1:] - c), x_dt, B)
+    to_end = torch.exp(c[..., -1:] - c).unflatten(1, (groups, -1))  # (b, g, r, c, Q)
+    written = torch.einsum("bcsgrp,bcsgn->bcgrpn", x_dt * to_end.permute(0, 3, 4, 1, 2)[..., None], B)
+    written = written.flatten(2, 3)  # (b, c, h, p, n)
     state = x.new_zeros(batch, heads, head_dim, B.shape[-1]) if state is None else wide(state)
     entering = []
     for k in range(x.shape[1]):
         entering.append(state)
         state = torch.exp(c[:, :, k, -1])[..., None, None] * state + written[:, k]
-    entering = torch.stack(entering, 1)  # (b, c, h, p, n): the state before each chunk
+    entering = torch.stack(entering, 1).unflatten(2, (groups, -1))  # (b, c, g, r, p, n): the state before each chunk
     # from the chunks before: the off-diagonal blocks, through the entering states
-    y = y + torch.einsum("bclhn,bchpn->bclhp", C, entering) * torch.exp(c).permute(0, 2, 3, 1)[..., None]
+    decay = torch.exp(c).unflatten(1, (groups, -1)).permute(0, 3, 4, 1, 2)[..., None]  # (b, c, Q, g, r, 1)
+    y = (y + torch.einsum("bclgn,bcgrpn->bclgrp", C, entering) * decay).flatten(3, 4)  # (b, c, Q, h, p)
     y = y.flatten(1, 2)[:, :length]  # (b, T, h, p)
     if D is not None:
         y = y + wide(D)[:, None] * x.flatten(1, 2)[:, :length]
