@@ -44,7 +44,7 @@ SEE_ALSO = {
         "hf_seq.models.layers.WordDropout",
         "hf_seq.models.seq2seq.SourceLengthLimit",
     ],
-    "ssm": ["hf_seq.models.scan"],
+    "ssm": ["hf_seq.models.scan", "hf_seq.models.ssd"],  # S4D and Mamba; Mamba-2 (state-space duality)
     "conv": ["hf_seq.models.convolution"],
 }
 

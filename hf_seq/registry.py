@@ -172,7 +172,7 @@ FAMILIES: tuple[Family, ...] = (
             "AutoModelForSequenceClassification": "SSMForSequenceClassification",
             "AutoModelForTimeSeriesPrediction": "SSMForPrediction",
         },
-        studio_views={"mamba": ("ssm",), "s4d": ("ssm", "scan"), "mamba2": ()},
+        studio_views={"mamba": ("ssm",), "s4d": ("ssm", "scan"), "mamba2": ("mamba2_attention",)},
         kind_field="ssm_type",
     ),
     Family(

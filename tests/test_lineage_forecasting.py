@@ -29,7 +29,7 @@ def test_quick_run_scores_every_member_on_the_same_windows(quick):
     assert json.loads((out / "lineage.json").read_text())["metric"] == "test_mase"
     report = (out / "lineage.md").read_text()
     assert report.startswith("# The forecasting lineage: naive, seasonal naive, AR(p), window MLP, LSTM, WaveNet, GPT, "
-                             "Mamba\n")  # fmt: skip
+                             "Mamba, Mamba-2\n")  # fmt: skip
     assert "## The classics against the networks" in report and "![Forecasts" in report
     # one record type for the classical forecasters and the networks
     shared = {f.name for f in dataclasses.fields(Record)} | {"tokens_per_second", "target", "seed"}

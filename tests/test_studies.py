@@ -141,8 +141,28 @@ def test_a_new_member_is_one_row_in_the_help_and_the_report_heading(monkeypatch,
     monkeypatch.setattr(lineage.LanguageModels, "rows", (*lineage.ROWS, row))
     assert "deep-lstm (a deeper LSTM)" in lineage_help(capsys, monkeypatch)
     heading = lineage.LINEAGE.heading(lineage.LINEAGE.members)
-    assert heading == "# The lineage: n-gram, HMM, fixed window, WaveNet, Elman, GRU, LSTM, GPT, Mamba, deep LSTM"
+    assert heading == ("# The lineage: n-gram, HMM, fixed window, WaveNet, Elman, GRU, LSTM, GPT, Mamba, Mamba-2, "
+                       "deep LSTM")
     assert lineage.LINEAGE.heading(["deep-lstm", "ngram"]) == "# The lineage: n-gram, deep LSTM"  # the rows' order
+
+
+def test_mamba2_is_a_member_in_the_help_ranked_level_with_mamba_and_sized_to_the_target(monkeypatch, capsys):
+    from hf_seq.experiments import lineage_forecasting
+
+    for registered in (lineage.LINEAGE, lineage_forecasting.LINEAGE):
+        assert registered.members.index("mamba2") == registered.members.index("ssm") + 1
+        assert ("ssm", "mamba2") in registered.order  # the lectures do not rank the two Mambas
+    assert "mamba2 (Mamba-2's state-space duality (Dao and Gu 2024))" in lineage_help(capsys, monkeypatch)
+    for registered, quick in [(lineage.LINEAGE, False), (lineage.LINEAGE, True), (lineage_forecasting.LINEAGE, True)]:
+        settings = registered.settings_for(quick)
+        size = registered.matched_size("mamba2", settings, max(settings.vocab_size, 4096))
+        model = registered.build("mamba2", settings, size, max(settings.vocab_size, 4096))
+        config = model.config
+        assert config.ssm_type == "mamba2" and config.num_heads * config.head_dim == config.intermediate_size
+        assert config.state_size == settings.knobs["mamba2"]["state"], (registered.name, quick)
+        _, non_embedding = study.count_parameters(model)
+        # whole layers x expansion factors, to the nearest: within 5% at these widths (1.4% at the default's)
+        assert abs(non_embedding - settings.target) <= 0.05 * settings.target, (registered.name, quick, non_embedding)
 
 
 def test_every_study_heads_its_report_with_every_member():

@@ -55,6 +55,8 @@ def models():
                "ssm"),
         Loaded("bert", tiny(bert, "bert", "AutoModelForMaskedLM", num_attention_heads=2, intermediate_size=32, **small),
                bert, "bert"),
+        Loaded("mamba2", tiny(tokenizer, "ssm", "AutoModelForCausalLM", ssm_type="mamba2", head_dim=8, state_size=4,
+                              chunk_size=4, **small), tokenizer, "ssm"),
     ]  # fmt: skip
 
 
@@ -91,7 +93,7 @@ def test_every_view_answers_through_the_page(models, served):
         "recurrent": ("lstm", TEXT), "attention": ("gpt", TEXT), "alignment": ("bahdanau", "Thu, Mar 5, 1998", 6, 1),
         "ssm": ("mamba", TEXT), "reach": ("conv", TEXT, 5), "ngram": ("5-gram", TEXT),
         "sampling": ("gpt", TEXT, 1.0, 0, 1.0, 0), "fill": ("bert", "def [MASK](path):"),
-        "cross": ("transformer", "Thu, Mar 5, 1998"), "scan": ("s4d", TEXT),
+        "cross": ("transformer", "Thu, Mar 5, 1998"), "scan": ("s4d", TEXT), "mamba2": ("mamba2", TEXT, -1, "gpt"),
     }  # fmt: skip
     for name, args in calls.items():
         out = client.predict(*args, api_name=f"/{name}")
@@ -110,6 +112,26 @@ def test_the_page_shows_the_views_numbers(models, served):
     assert downloaded(csv) == to_csv(expected)
     *_, csv = client.predict("mamba", TEXT, api_name="/ssm")
     assert downloaded(csv) == to_csv(inside.ssm_inside(next(m for m in models if m.name == "mamba"), TEXT))
+
+
+def test_the_mamba2_tab_draws_its_layer_beside_a_gpt_and_offers_only_mamba2(models, served):
+    """The tab's click renders a PNG of the view's figure and downloads the view's own CSV; its menus come from the
+    registry: the Mamba-2 models, and the GPTs (or none) to set beside it."""
+    from hf_seq.studio.app import NOTHING_BESIDE, _names
+
+    _, client = served
+    assert _names(models, "mamba2_attention") == ["mamba2"] and "mamba2" not in _names(models, "ssm")
+    by_name, heights = {m.name: m for m in models}, []
+    for beside in ("gpt", NOTHING_BESIDE):
+        plot, png, csv = client.predict("mamba2", TEXT, 0, beside, api_name="/mamba2")
+        assert plot["type"] == "matplotlib"
+        with open(png.get("path") if isinstance(png, dict) else png, "rb") as image:
+            header = image.read(24)
+        assert header[:8] == b"\x89PNG\r\n\x1a\n"
+        heights.append(int.from_bytes(header[20:24], "big"))  # the IHDR chunk: width, then height
+        expected = inside.mamba2_attention(by_name["mamba2"], TEXT, 0, by_name["gpt"] if beside == "gpt" else None)
+        assert downloaded(csv) == to_csv(expected)
+    assert heights[0] > 1.5 * heights[1]  # the GPT's heads drawn under Mamba-2's
 
 
 def test_a_view_error_is_a_message_not_a_crash(served):
@@ -189,6 +211,7 @@ def test_mamba_and_s4d_are_told_apart_by_their_config(models):
     mamba, s4d = (next(m for m in models if m.name == name) for name in ("mamba", "s4d"))
     assert (mamba.kind, s4d.kind) == (mamba.model.config.ssm_type, s4d.model.config.ssm_type) == ("mamba", "s4d")
     assert _names(models, "scan") == ["s4d"] and _names(models, "ssm") == ["mamba", "s4d"]
+    assert next(m for m in models if m.name == "mamba2").kind == "mamba2"
     with pytest.raises(ValueError, match="scan_vs_convolution: mamba is a 'mamba' model; this view reads s4d"):
         inside.scan_vs_convolution(mamba, TEXT)
     with pytest.raises(ValueError, match="Loaded 'x': kind='s4d', but its model is of kind 'mamba'"):

@@ -36,6 +36,7 @@ VIEWS = [
     ("insides", "cross", DATE),
     ("insides", "ssm", TEXT),
     ("insides", "scan", TEXT),
+    ("insides", "mamba2", TEXT),
 ]
 
 TYPE = """((text) => { const box = document.querySelector('textarea[data-testid="textbox"]');

@@ -279,6 +279,62 @@ def test_s4d_scan_and_convolution_agree_on_the_layers_own_input(tokenizer):
     assert "difference" in to_csv(result).splitlines()[0]
 
 
+# ----------------------------------------------------------------------------------------- Mamba-2's attention
+# chunks of 4 over the text's ~10 tokens: the model runs the chunked form across chunks, the view the quadratic one
+MAMBA2 = dict(SSM, ssm_type="mamba2", head_dim=8, state_size=8, chunk_size=4)
+
+
+def mamba2_view_and_layer(loaded: Loaded, layer: int):
+    """The view's result on layer `layer`, and that layer's mixer, its input and its output in the model."""
+    mixer, seen = loaded.model.base_model.layers[layer].mixer, []
+    hook = mixer.register_forward_hook(lambda module, args, output: seen.append((args[0], output[0])))
+    try:
+        result = inside.mamba2_attention(loaded, TEXT, layer=layer)
+    finally:
+        hook.remove()
+    return result, mixer, *seen[0]
+
+
+def test_mamba2_attention_gives_back_the_layers_output(tokenizer):
+    """y = M x with the view's matrix, through the layer's gate, gated norm and out_proj, is the mixer's output in the
+    model (which ran the chunked form): a matrix from the wrong layer, without the skip D or with a wrong decay
+    fails. Each head's matrix is causal: zero above the diagonal, not below it."""
+    loaded = build("ssm", "AutoModelForCausalLM", tokenizer, **MAMBA2)
+    for layer in (0, -1):
+        result, mixer, u, out = mamba2_view_and_layer(loaded, layer)
+        T = len(result["tokens"])
+        assert result["attention"].shape == (mixer.A_log.shape[0], T, T) == (4, T, T) and T > 2 * MAMBA2["chunk_size"]
+        assert result["layer"] == layer % 2
+        with torch.no_grad():
+            z, x, *_ = mixer.ssm_inputs(u)
+            y = torch.einsum("hts,shp->thp", torch.from_numpy(result["attention"]), x[0]).flatten(1)  # (T, E)
+            again = mixer.out_proj(mixer.norm(y, z[0]))
+        np.testing.assert_allclose(again.numpy(), out[0].numpy(), atol=1e-5)
+        weights = result["attention"]
+        below = np.tril_indices(T, k=-1)
+        assert (np.triu(weights, k=1) == 0).all() and (weights[:, below[0], below[1]] != 0).all()
+        np.testing.assert_allclose(result["skip"], mixer.D.detach().numpy())
+        np.testing.assert_allclose(result["matrix"], weights.mean(0))
+    assert len(to_csv(result).splitlines()) == 1 + T
+
+
+def test_mamba2_attention_sets_a_gpt_beside_it_on_the_same_tokens(tokenizer, bert_tokenizer):
+    loaded = build("ssm", "AutoModelForCausalLM", tokenizer, **MAMBA2)
+    gpt = build("gpt", "AutoModelForCausalLM", tokenizer, **GPT)
+    result = inside.mamba2_attention(loaded, TEXT, layer=-1, beside=gpt)
+    gpt_weights = inside.attention(gpt, TEXT)["attentions"]  # (L, A, T, T)
+    np.testing.assert_allclose(result["beside_attention"], gpt_weights[-1], atol=1e-6)
+    assert (result["beside_name"], result["beside_layer"]) == ("gpt", 1)
+    np.testing.assert_allclose(inside.mamba2_attention(loaded, TEXT, 0, gpt)["beside_attention"], gpt_weights[0])
+    np.testing.assert_allclose(result["attention"], inside.mamba2_attention(loaded, TEXT)["attention"])
+    mamba = build("ssm", "AutoModelForCausalLM", tokenizer, ssm_type="mamba", state_size=4, **SSM)
+    with pytest.raises(ValueError, match=r"mamba2_attention \(beside\): ssm is a 'mamba' model; this view reads gpt"):
+        inside.mamba2_attention(loaded, TEXT, beside=mamba)
+    bert_gpt = build("gpt", "AutoModelForCausalLM", bert_tokenizer, **GPT)
+    with pytest.raises(ValueError, match="do not share a tokenizer"):
+        inside.mamba2_attention(loaded, TEXT, beside=bert_gpt)
+
+
 # ------------------------------------------------------------------------------------------ figures and refusals
 def test_every_figure_draws(tokenizer, bert_tokenizer):
     rnn = build("rnn", "AutoModelForCausalLM", tokenizer, cell_type="lstm", **RNN)
@@ -288,6 +344,7 @@ def test_every_figure_draws(tokenizer, bert_tokenizer):
     bahdanau = build("bahdanau", "AutoModelForSeq2SeqLM", tokenizer, **SEQ2SEQ)
     mamba = build("ssm", "AutoModelForCausalLM", tokenizer, ssm_type="mamba", state_size=4, **SSM)
     s4d = build("ssm", "AutoModelForCausalLM", tokenizer, ssm_type="s4d", state_size=8, **SSM)
+    mamba2 = build("ssm", "AutoModelForCausalLM", tokenizer, **MAMBA2)
     seq2seq = inside.attention(transformer, "the cat", target="a dog")
     figures = [
         inside.figure_recurrent_state(inside.recurrent_state(rnn, TEXT)),
@@ -299,6 +356,8 @@ def test_every_figure_draws(tokenizer, bert_tokenizer):
         inside.figure_cross_attention_average(inside.cross_attention_average(transformer, TEXT, max_new_tokens=4)),
         inside.figure_ssm_inside(inside.ssm_inside(mamba, TEXT)),
         inside.figure_ssm_inside(inside.ssm_inside(s4d, TEXT)),
+        inside.figure_mamba2_attention(inside.mamba2_attention(mamba2, TEXT)),
+        inside.figure_mamba2_attention(inside.mamba2_attention(mamba2, TEXT, beside=gpt)),
     ]
     long = inside.figure_scan_vs_convolution(inside.scan_vs_convolution(s4d, " ".join([TEXT] * 15)))
     assert 40 < len(long.axes[1].get_xticklabels()) <= inside.MAX_LABELS  # ~135 tokens: every other one labelled
@@ -313,3 +372,18 @@ def test_a_view_refuses_a_model_it_cannot_read(tokenizer):
     gpt = build("gpt", "AutoModelForCausalLM", tokenizer, **GPT)
     with pytest.raises(ValueError, match="recurrent_state: gpt is a 'gpt' model; this view reads rnn"):
         inside.recurrent_state(gpt, TEXT)
+
+
+def test_mamba2_attention_refuses_every_other_kind_naming_the_view_and_the_kinds_it_reads(tokenizer):
+    gpt = build("gpt", "AutoModelForCausalLM", tokenizer, **GPT)
+    mamba = build("ssm", "AutoModelForCausalLM", tokenizer, ssm_type="mamba", state_size=4, **SSM)
+    for other, kind in ((gpt, "gpt"), (mamba, "mamba")):
+        with pytest.raises(ValueError, match=rf"mamba2_attention: {other.name} is a '{kind}' model; this view reads "
+                                             r"mamba2\.$"):  # fmt: skip
+            inside.mamba2_attention(other, TEXT)
+    mamba2 = build("ssm", "AutoModelForCausalLM", tokenizer, **MAMBA2)
+    with pytest.raises(ValueError, match=r"ssm has 2 layers; give a layer in \[-2, 1\] \(-1: the top one\), not 2"):
+        inside.mamba2_attention(mamba2, TEXT, layer=2)
+    # and Mamba's own view refuses Mamba-2
+    with pytest.raises(ValueError, match="ssm_inside: ssm is a 'mamba2' model; this view reads mamba, s4d"):
+        inside.ssm_inside(mamba2, TEXT)

@@ -14,8 +14,8 @@ import transformers
 
 from ..models.configuration_ssm import SSMConfig
 from ..models.modeling_ssm import SSMForCausalLM, SSMModel
-from . import mamba
 from .base import ConfigMap, register, same
+from .mamba import rules as mamba_rules
 
 FIELDS = {  # SSMConfig -> Mamba2Config
     **same("vocab_size", "hidden_size", "num_hidden_layers", "state_size", "expand", "conv_kernel"),
@@ -43,5 +43,5 @@ LAYER = ["norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.dt
 LAYER += ["mixer.norm.weight", "mixer.out_proj.weight"]
 
 
-register(transformers.Mamba2ForCausalLM, SSMForCausalLM, CONFIG, partial(mamba.rules, head=True, layer=LAYER))
-register(transformers.Mamba2Model, SSMModel, CONFIG, partial(mamba.rules, head=False, layer=LAYER))
+register(transformers.Mamba2ForCausalLM, SSMForCausalLM, CONFIG, partial(mamba_rules, head=True, layer=LAYER))
+register(transformers.Mamba2Model, SSMModel, CONFIG, partial(mamba_rules, head=False, layer=LAYER))

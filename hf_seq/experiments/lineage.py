@@ -1,7 +1,7 @@
 """The lineage study: the lectures' story of language models, n-gram (Shannon 1948; Kneser-Ney smoothing), the
 fixed-window neural LM (Bengio et al. 2003), WaveNet's dilated causal convolutions (van den Oord et al. 2016),
 Elman's recurrent network (1990), the gated cells (GRU 2014, LSTM 1997), the Transformer decoder (GPT) and the
-selective state-space model (Mamba, Gu and Dao 2023), trained on one corpus with one tokenizer under one budget, sizes
+selective state-space models (Mamba, Gu and Dao 2023; Mamba-2, Dao and Gu 2024), trained on one corpus with one tokenizer under one budget, sizes
 matched by parameter count, and scored on the same held-out tokens with the same bits-per-byte computation.
 
     hf-seq lineage [--corpus FILES|DATASET] [--validation FILE] [--test FILE] [--tune N] [--sizes LIST]
@@ -22,6 +22,7 @@ with the same optimizer, schedule, batch and block size, with dropout only once 
 tuned, when asked, on the same trials.
 """
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +39,9 @@ from hf_seq.experiments.ngram_member import fit_ngram, with_prefix
 from hf_seq.experiments.study import Member, Options, Settings, StudyData, count_parameters, option, trial_grid
 from hf_seq.hub.publish import public_name
 
-# Mamba's sizes, smallest first: (layers, expansion). Sizing its state N instead (the scan's cost grows with N) made
-# a 0.4M member 20x slower than the others (N = 38) and left a 0.1M one three times too large (N = 1 is 315k).
+# Mamba's and Mamba-2's sizes, smallest first: (layers, expansion). Sizing Mamba's state N instead (the scan's cost
+# grows with N) made a 0.4M member 20x slower than the others (N = 38) and left a 0.1M one three times too large
+# (N = 1 is 315k).
 MAMBA_SHAPES = sorted(
     ((layers, expand) for layers in range(1, 33) for expand in (1, 2, 3, 4)), key=lambda s: (s[0] * s[1], s[0])
 )
@@ -119,8 +121,18 @@ def _ssm(s, size: int, dropout: float) -> dict:
     return model | dict(hidden_dropout=dropout)
 
 
+def _mamba2(s, size: int, dropout: float, state: int, chunk: int) -> dict:
+    """Mamba-2 blocks of the width, sized as Mamba's (depth x expansion): heads of P = gcd(width, 32) channels (a
+    divisor of every inner width, 32 at the default width: 4 heads per expansion), each with its scalar decay; state
+    N = `state` (the paper's 64 to 128 at scale), chunks of `chunk` steps."""
+    layers, expand = MAMBA_SHAPES[min(size, len(MAMBA_SHAPES)) - 1]
+    model = dict(ssm_type="mamba2", hidden_size=s.width, num_hidden_layers=layers, expand=expand,
+                 head_dim=math.gcd(s.width, 32), state_size=state, chunk_size=chunk)  # fmt: skip
+    return model | dict(hidden_dropout=dropout)
+
+
 RNN_LAYERS = dict(knobs={"layers": 2}, quick={"layers": 1})
-# The members in the lectures' order, worst to best (the next chapter's SSM last: Gu and Dao 2023). Each neural
+# The members in the lectures' order, worst to best (the next chapter's SSMs last: Gu and Dao 2023, 2024). Each neural
 # member's config is a function of the settings, its size parameter, dropout and its knobs; dropout goes on the
 # connections its family regularises (never inside the recurrence or on attention weights).
 ROWS = (
@@ -139,6 +151,11 @@ ROWS = (
     Member("gpt", "GPT (Transformer decoder)", "gpt", _gpt, {"layers": 2}, {"layers": 1},
            help="the Transformer decoder", short="GPT"),
     Member("ssm", "Mamba, selective state space", "ssm", _ssm, help="Mamba's selective state space", short="Mamba"),
+    # level with Mamba: Dao and Gu 2024 report Mamba-2 matching it at equal size (its gain is speed: the chunked form
+    # runs as matrix products). Quick: two chunks of 16 in a block of 32, so the chunks' recurrence runs too.
+    Member("mamba2", "Mamba-2, state-space duality (SSD)", "ssm", _mamba2, {"state": 64, "chunk": 64},
+           {"state": 32, "chunk": 16}, help="Mamba-2's state-space duality (Dao and Gu 2024)", short="Mamba-2",
+           level_with_previous=True),
 )  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """The forecasting lineage: the first lecture's other opening example. The classical forecasts (the naive and
 seasonal-naive benchmarks, a linear auto-regressive model AR(p)) and every causal network with a forecasting head
-(the fixed-window MLP, DeepAR's LSTM, WaveNet, GPT and Mamba: `...ForPrediction`, models/prediction.py), on one
-series (or many) with one split in time, under one budget, and scored on the same test windows by the same function.
+(the fixed-window MLP, DeepAR's LSTM, WaveNet, GPT, Mamba and Mamba-2: `...ForPrediction`, models/prediction.py), on
+one series (or many) with one split in time, under one budget, and scored on the same test windows by the same function.
 
     hf-seq lineage --task time_series [--corpus co2 | FILE --target-column COL] [--set prediction_length=12
                    season=12 context_length=36 lags=1,2,3,12] [--tune N] [--seeds K] [--budget-seconds S] [--quick]
@@ -100,6 +100,9 @@ ROWS = (
            help="the Transformer decoder", short="GPT"),
     Member("ssm", "Mamba, selective state space", "ssm", _forecaster(lineage._ssm), help="Mamba's selective state space",
            short="Mamba"),
+    Member("mamba2", "Mamba-2, state-space duality (SSD)", "ssm", _forecaster(lineage._mamba2),
+           {"state": 32, "chunk": 64}, help="Mamba-2's state-space duality (Dao and Gu 2024)", short="Mamba-2",
+           level_with_previous=True),
 )  # fmt: skip
 
 

@@ -42,6 +42,16 @@ y &= \mathrm{SSD}(x, \Delta, A, B, C) + D x, \qquad
 \end{aligned}
 $$
 
+SSD is the state-space model written as a causal attention without a softmax, its mask a decay of one scalar per
+head and token (models/ssd.py derives it and states the chunked algorithm that computes it):
+
+$$
+y = \big(L \circ C B^\top\big)\, \mathrm{diag}(\Delta)\, x + D x, \qquad
+L_{ts} = e^{a_{s+1} + \dots + a_t} \;(s \le t), \quad a = \Delta A
+$$
+
+`Mamba2Mixer.attention` returns that matrix, per head; the studio's Mamba-2 attention view draws it.
+
 A call returns the state after its last token (an `SSMState`, under `past_key_values`) and accepts it back. The
 sequence modes (S4D's FFT convolution, the Mambas' chunked scans) read the prompt; the recurrent modes read one token
 per generate() step, at a cost that does not grow with the context. Padding: the SSM's input (and the Mambas'

@@ -127,7 +127,7 @@ def build(models: list[Loaded]):
                         plot_tab(**tab)
             with gr.Tab("Inside the models", id="insides"):
                 with gr.Tabs():
-                    for tab in inside_tabs():
+                    for tab in inside_tabs(models, pick):
                         plot_tab(**tab)
     app.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     return app
@@ -203,9 +203,18 @@ def prediction_tabs(models: list[Loaded], pick) -> list[dict]:
     ]  # fmt: skip
 
 
-def inside_tabs() -> list[dict]:
+NOTHING_BESIDE = "(none)"  # the Mamba-2 tab's menu of models to set beside it: none
+
+
+def inside_tabs(models: list[Loaded], pick) -> list[dict]:
     """The tabs of "Inside the models", as `plot_tab` arguments."""
     import gradio as gr
+
+    gpts = [m.name for m in models if m.kind in inside.causal_attention_kinds()]
+
+    def mamba2(m, value, layer, other):
+        beside = None if other in (None, NOTHING_BESIDE) else pick(other)
+        return inside.mamba2_attention(m, value, int(layer), beside)
 
     return [
         dict(key="recurrent", title="Recurrent state", view="recurrent", inputs=[], compute=inside.recurrent_state,
@@ -232,6 +241,14 @@ def inside_tabs() -> list[dict]:
              figure=inside.figure_scan_vs_convolution,
              note="S4D's layer computed by its convolution (training) and by its recurrence (generation) on the same "
                   "text: the same numbers."),
+        dict(key="mamba2", title="Mamba-2 attention", view="mamba2_attention",
+             inputs=[lambda: gr.Number(-1, precision=0, label="layer (-1: the top one)"),
+                     lambda: gr.Dropdown([*gpts, NOTHING_BESIDE], value=(gpts or [NOTHING_BESIDE])[0],
+                                         label="beside it (a GPT with the same tokenizer)")],
+             compute=mamba2, figure=inside.figure_mamba2_attention,
+             note="The matrix a Mamba-2 layer applies to its inputs, per head: y = (L o C B^T) diag(Delta) x + D x, "
+                  "the state-space model written as causal attention whose mask L decays by one scalar per head. "
+                  "Beside it, a GPT's softmax attention on the same tokens."),
     ]  # fmt: skip
 
 

@@ -24,6 +24,9 @@ LANGUAGE_MODELS = {
     "gpt": ("gpt", dict(hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=256)),
     "mamba": ("ssm", dict(ssm_type="mamba", hidden_size=WIDTH, num_hidden_layers=2, state_size=8)),
     "s4d": ("ssm", dict(ssm_type="s4d", hidden_size=WIDTH, num_hidden_layers=2, state_size=16)),
+    # 4 heads of 32 channels (expand 2), drawn beside the GPT's 4 heads by the Mamba-2 attention view
+    "mamba2": ("ssm", dict(ssm_type="mamba2", hidden_size=WIDTH, num_hidden_layers=2, head_dim=32, state_size=32,
+                           chunk_size=32)),
 }
 SEQ2SEQ = {
     "bahdanau": ("bahdanau", dict(hidden_size=WIDTH, embedding_size=WIDTH, num_hidden_layers=1)),

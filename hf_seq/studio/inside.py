@@ -1,7 +1,7 @@
-"""What the models hold inside on one text: recurrent states and gates, attention weights, alignments, and the
-state-space models' step sizes, kernels and scans. Each view is a pure function `(loaded, text, settings) -> dict`
-of numpy arrays, token strings and floats (views.py's convention, so `to_csv` writes it); `figure_<view>(result)`
-draws one with matplotlib.
+"""What the models hold inside on one text: recurrent states and gates, attention weights, alignments, the
+state-space models' step sizes, kernels and scans, and the attention matrix a Mamba-2 layer computes. Each view is
+a pure function `(loaded, text, settings) -> dict` of numpy arrays, token strings and floats (views.py's convention,
+so `to_csv` writes it); `figure_<view>(result)` draws one with matplotlib.
 
 Everything is read from the models' weights, outputs, forward hooks and the methods they offer for it: the fused
 recurrent kernels return no gates, so `recurrent_state` asks the top layer for them (`RecurrentLayer.gates`, the
@@ -21,7 +21,8 @@ from torch.nn import functional as F
 
 from hf_seq.models.scan import s4d_convolution, s4d_kernel, s4d_step
 from hf_seq.models.utils import cache_of
-from hf_seq.studio.views import Loaded, encode, token_limit
+from hf_seq.studio.tokens import _shared_ids
+from hf_seq.studio.views import LANGUAGE_MODEL, Loaded, encode, token_limit
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
@@ -525,19 +526,135 @@ def figure_scan_vs_convolution(result: dict) -> Figure:
     return fig
 
 
+# --------------------------------------------------------------------------------------- 8. Mamba-2's attention
+def _mixer_input(loaded: Loaded, ids: list[int], layer: int) -> torch.Tensor:
+    """What layer `layer`'s mixer reads in the model on the ids (after its block's norm), (1, T, H), by a hook."""
+    captured = []
+    hook = _mixer(loaded, layer).register_forward_hook(lambda module, args, output: captured.append(args[0]))
+    try:
+        loaded.model.base_model(input_ids=_batch(loaded, ids), use_cache=False)
+    finally:
+        hook.remove()
+    return captured[0]
+
+
+def causal_attention_kinds() -> tuple[str, ...]:
+    """The kinds a Mamba-2 layer's attention is set beside (GPT): the causal language models whose attention weights
+    the attention view reads, from the registry."""
+    language_models = Loaded.view_kinds(LANGUAGE_MODEL)
+    return tuple(kind for kind in Loaded.view_kinds("attention") if kind in language_models)
+
+
+def _causal_attention(loaded: Loaded, ids: list[int], layer: int) -> tuple[np.ndarray, int]:
+    """A causal Transformer's attention weights in one layer (`layer` clipped to its depth, counted from the top when
+    negative) on the ids: (A, T, T), and the layer's index."""
+    with _eager(loaded.model):
+        weights = loaded.model(input_ids=_batch(loaded, ids), output_attentions=True).attentions
+    index = min(max(layer, -len(weights)), len(weights) - 1) % len(weights)
+    return _numpy(weights[index][0]), index
+
+
+@torch.no_grad()
+def mamba2_attention(loaded: Loaded, text: str, layer: int = -1, beside: Loaded | None = None) -> dict:
+    """The attention matrix a Mamba-2 layer (`layer`, default the top one) computes on the text, per head: its SSM
+    output is y_t = sum_{s <= t} M_ts x_s with M = L o (C B^T) diag(Delta) + diag(D) (models/ssd.py: the dual,
+    quadratic form; L_ts = exp(a_{s+1} + ... + a_t), one scalar decay a = Delta A per head and token), x the
+    channels of `Mamba2Mixer.ssm_inputs`, before the gate, the norm and out_proj. Returns `tokens`, `attention`
+    (heads, T, T) (row t: the weights output t gives the inputs s <= t; zero above the diagonal; signed, not a
+    distribution), `skip` (heads,), the D on its diagonal, `A` (heads,), each head's decay rate, `layer` (the
+    index), `name`, and `matrix`, the mean over the heads, with `row_labels` = `column_labels` = the tokens (what
+    `to_csv` writes). `beside`: a causal Transformer (GPT) with the same tokenizer, whose attention weights in the
+    layer `layer` names (clipped to its depth: -1 is its top layer too) on the same tokens are added as
+    `beside_attention` (its heads, T, T), with `beside_name` and `beside_layer`."""
+    _check_kind(loaded, "mamba2_attention", Loaded.view_kinds("mamba2_attention"))
+    if beside is not None:
+        _check_kind(beside, "mamba2_attention (beside)", causal_attention_kinds())
+        ids, _ = _shared_ids([loaded, beside], text, "mamba2_attention")
+    else:
+        ids = _ids(loaded, text)
+    depth = len(loaded.model.base_model.layers)
+    if not -depth <= layer < depth:
+        raise ValueError(f"mamba2_attention: {loaded.name} has {depth} layers; give a layer in [{-depth}, {depth - 1}] "
+                         f"(-1: the top one), not {layer}.")  # fmt: skip
+    mixer, index = _mixer(loaded, layer), layer % depth
+    matrix = mixer.attention(_mixer_input(loaded, ids, index))[0]  # (heads, T, T), the skip D on the diagonal
+    tokens = _labels(loaded.tokenizer, ids)
+    result = {
+        "tokens": tokens,
+        "attention": _numpy(matrix),
+        "skip": _numpy(mixer.D),
+        "A": _numpy(-torch.exp(mixer.A_log.float())),
+        "layer": index,
+        "name": loaded.name,
+        "matrix": _numpy(matrix.mean(0)),
+        "row_labels": tokens,
+        "column_labels": tokens,
+    }
+    if beside is not None:
+        weights, beside_index = _causal_attention(beside, ids, layer)
+        result |= {"beside_attention": weights, "beside_name": beside.name, "beside_layer": beside_index}
+    return result
+
+
+def _head_mosaic(blocks: np.ndarray) -> tuple[np.ndarray, int]:
+    """(heads, T, T) -> the heads side by side with a NaN gap between them (drawn white), and the gap."""
+    heads, rows, columns = blocks.shape
+    gap = max(1, columns // 16)
+    mosaic = np.full((rows, heads * (columns + gap) - gap), np.nan)
+    for head in range(heads):
+        mosaic[:, head * (columns + gap) : head * (columns + gap) + columns] = blocks[head]
+    return mosaic, gap
+
+
+def figure_mamba2_attention(result: dict) -> Figure:
+    """Mamba-2's heads across (each scaled to its largest |M_ts| off the skip, red positive, blue negative; the skip
+    D is left off the diagonal, whose C_t B_t Delta_t it would hide), and under them the Transformer's heads set
+    beside it (white = 1), queries down and keys across. One image per model: a panel per head draws slowly."""
+    tokens, weights = result["tokens"], result["attention"]
+    heads, length, _ = weights.shape
+    ssd = weights - result["skip"][:, None, None] * np.eye(length)  # L o (C B^T) diag(Delta)
+    scale = np.maximum(np.abs(ssd).max((1, 2), keepdims=True), 1e-12)
+    panels = [(ssd / scale, "RdBu_r", -1.0, [f"head {h} (A = {a:.2g})" for h, a in enumerate(result["A"])],
+               f"{result['name']}, layer {result['layer']}: M = L o (C B^T) diag(Delta), each head scaled to its "
+               "largest |M| (red +, blue -)")]  # fmt: skip
+    if "beside_attention" in result:
+        beside = result["beside_attention"]
+        panels.append((beside, "gray", 0.0, [f"head {h}" for h in range(len(beside))],
+                       f"{result['beside_name']}, layer {result['beside_layer']}: softmax attention (white = 1)"))  # fmt: skip
+    cell, most = min(0.12 * length + 0.8, 4.0), max(len(blocks) for blocks, *_ in panels)
+    fig = _figure(most * cell + 1.0, len(panels) * (cell + 0.7))
+    for row, (blocks, colours, low, labels, title) in enumerate(panels):
+        axes = fig.add_subplot(len(panels), 1, row + 1)
+        mosaic, gap = _head_mosaic(blocks)
+        palette = matplotlib.colormaps[colours].with_extremes(bad="white")
+        axes.imshow(mosaic, aspect="auto", interpolation="nearest", cmap=palette, vmin=low, vmax=1.0)
+        axes.set_xlim(-0.5, most * (length + gap) - gap - 0.5)  # a head is as wide in both rows
+        _label_tokens(axes, tokens, "x")
+        _label_tokens(axes, tokens, "y")
+        for head, label in enumerate(labels):  # just above the block, whatever the cell's size
+            axes.annotate(label, (head * (length + gap) + (length - 1) / 2, 1), xycoords=("data", "axes fraction"),
+                          xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7)  # fmt: skip
+        axes.set_frame_on(False)
+        axes.set_title(title, fontsize=8, pad=14)
+    return fig
+
+
 __all__ = [
     "alignment_steps",
     "attention",
     "attention_from",
+    "causal_attention_kinds",
     "cross_attention_average",
     "figure_alignment_steps",
     "figure_cross_attention_average",
     "figure_attention",
     "figure_fill_mask",
+    "figure_mamba2_attention",
     "figure_recurrent_state",
     "figure_scan_vs_convolution",
     "figure_ssm_inside",
     "fill_mask",
+    "mamba2_attention",
     "recurrent_state",
     "scan_vs_convolution",
     "ssm_inside",
