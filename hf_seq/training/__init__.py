@@ -3,7 +3,8 @@
 - `recipes`: a YAML recipe (model x data x schedule), checked whole before anything runs;
 - `pretraining`: the accelerate loop, `run(recipe) -> RunResult` (one CPU, one GPU, DDP or FSDP processes);
 - `finetuning`: the Trainer runner, `finetune(recipe) -> RunResult`;
-- `runs`: what both share, and a finished run folder opened again; `checkpointing`: checkpoints and kept weights;
+- `runs`: what both share, and a run folder opened again (`open_run`); `checkpointing`: checkpoints and kept weights;
+- `divergence` and `memory`: a run that diverges stops with its reason; a model that cannot fit is refused first;
 - `schedules`, `sharding`, `compute`: learning-rate schedules, FSDP2, training FLOPs from a model's shapes."""
 
 from hf_seq.faces import lazy_exports
@@ -51,8 +52,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "check_batch_split",
             "check_precision",
             "choose_threads",
+            "check_run_folder",
             "evaluate_folder",
-            "check_run_folder", "finished_run", "open_run",
+            "finished_run",
+            "open_run",
             "plot_loss_curve",
             "save_run_files",
         ],
