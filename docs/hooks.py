@@ -80,6 +80,9 @@ TOOLS = {
     "hf_seq.training.compute": "Training compute from a model's shapes",
     "hf_seq.training.sharding": "Fully sharded data parallelism (FSDP2)",
     "hf_seq.data.streaming": "Streaming corpora",
+    "hf_seq.training.divergence": "A run that diverges stops with its reason",
+    "hf_seq.training.memory": "What a run needs, checked before anything is allocated",
+    "hf_seq.faces": "The packages' faces, their layers, and the import paths of 0.1.0",
 }
 
 MKDOCSTRINGS_OPTIONS = "    options:\n      show_root_heading: true\n      members: false\n"

@@ -138,9 +138,8 @@ def _count(n: int) -> str:
 
 
 def cmd_recipes(args) -> None:
-    import yaml
 
-    from hf_seq.training.recipes import load_recipe, recipe_command, shipped_files, shipped_recipes
+    from hf_seq.training.recipes import load_recipe, read_yaml, recipe_command, shipped_files, shipped_recipes
 
     if args.action == "show":
         files = shipped_files()
@@ -152,7 +151,7 @@ def cmd_recipes(args) -> None:
         return
     print(f"{'recipe':26} {'command':9} {'family':12} {'task':24} {'parameters':>10}  laptop CPU")
     for name, path in shipped_recipes().items():
-        command = recipe_command(yaml.safe_load(path.read_text()))
+        command = recipe_command(read_yaml(path.read_text()))
         recipe = load_recipe(path, command=command)
         minutes = recipe.card.get("cpu_minutes")
         when, size = f"~{minutes:g} min" if minutes else "GPU-sized", _count(recipe_parameters(recipe))

@@ -8,8 +8,6 @@ trial."""
 import math
 from pathlib import Path
 
-import torch
-
 from hf_seq.errors import UserError
 
 
@@ -26,12 +24,12 @@ class DivergenceError(UserError):
     """Training diverged: `hf-seq` prints the step, the loss and the likely causes in one line and exits 2."""
 
 
-def check_loss(loss: float, t, grad_norm=None, held_out: bool = False) -> None:
+def check_loss(loss: float, t, grad_norm: float | None = None, held_out: bool = False) -> None:
     """Raise `Diverged` for a loss that is not finite or above `t.max_loss`, or a gradient norm that is not finite."""
     if not math.isfinite(loss) or (t.max_loss is not None and loss > t.max_loss):
-        raise Diverged(loss, None if grad_norm is None else float(grad_norm), held_out)
-    if grad_norm is not None and not torch.isfinite(torch.as_tensor(grad_norm)):
-        raise Diverged(loss, float(grad_norm), held_out)
+        raise Diverged(loss, grad_norm, held_out)
+    if grad_norm is not None and not math.isfinite(grad_norm):
+        raise Diverged(loss, grad_norm, held_out)
 
 
 def explain(diverged: Diverged, step: int, recipe, kept: Path | None, metrics: Path | None) -> str:

@@ -59,7 +59,8 @@ class DivergenceStop(TrainerCallback):
         for key, held_out in (("loss", False), ("eval_loss", True)):
             if key in logs:
                 try:
-                    check_loss(float(logs[key]), self.recipe.training, logs.get("grad_norm"), held_out)
+                    norm = logs.get("grad_norm")
+                    check_loss(float(logs[key]), self.recipe.training, None if norm is None else float(norm), held_out)
                 except Diverged as diverged:
                     self.stop(diverged, state, args)
 

@@ -660,8 +660,13 @@ def train_step(model, optimizer, scheduler, batches: list[dict], task, t, accele
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
     elif t.max_grad_norm:
         norm = accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
-    mean_loss = accelerator.reduce(step_loss, reduction="sum").item()
-    check_loss(mean_loss, t, norm)  # before the optimizer: the weights stay as they were when the step went wrong
+    loss = accelerator.reduce(step_loss, reduction="sum")
+    if norm is None:
+        mean_loss, grad_norm = loss.item(), None
+    else:  # one transfer for both numbers (an FSDP norm is a DTensor: its full value)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        mean_loss, grad_norm = torch.stack([loss.float(), norm.float()]).tolist()
+    check_loss(mean_loss, t, grad_norm)  # before the optimizer: the weights stay as they were when the step went wrong
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

@@ -4,6 +4,7 @@ key, a value of the wrong type or a family that cannot do the task fails with th
 import copy
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -163,7 +164,7 @@ def _check_type(key: str, value, annotation):
         raise errors[0]
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return _in_range(key, float(value))
-    if annotation is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+    if annotation is float and isinstance(value, str):  # "nan", "inf": YAML reads them as text, float() does not
         try:
             number = float(value)
         except ValueError:
@@ -197,19 +198,6 @@ def _in_range(key: str, value):
             f"recipe key {key!r}: {value} is beyond what a tensor can index (at most 2**63 - 1 = {LARGEST_INT})"
         )
     return value
-
-
-def read_model_floats(model: dict, config_class) -> None:
-    """The model section's values for the config's float fields read as numbers where YAML 1.1 left a string
-    (`model.initializer_range=1e30`: no dot, so a string), as the typed sections' floats are."""
-    fields = getattr(config_class, "__dataclass_fields__", {})
-    for key, value in model.items():
-        kind = str(fields[key].type) if key in fields else ""
-        if isinstance(value, str) and "float" in kind and not any(c in kind for c in ("list", "dict", "tuple")):
-            try:
-                model[key] = float(value)
-            except ValueError:
-                pass  # the config names the key and what it expects
 
 
 def check_model_numbers(model: dict, prefix: str = "model") -> None:
@@ -253,6 +241,22 @@ def _build(cls, values: dict, prefix: str):
     return cls(**kwargs)
 
 
+class RecipeLoader(yaml.SafeLoader):
+    """YAML as recipes read it: a number in exponent notation is a float with or without a dot (`1e-3`, `1e30`), as
+    in YAML 1.2 and JSON; PyYAML follows YAML 1.1, which reads those as strings, so `learning_rate: 1e-3` or
+    `model.initializer_range=1e30` would reach the checks as text."""
+
+
+RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def read_yaml(text: str):
+    """A recipe, or one override's value, read as YAML with `RecipeLoader`."""
+    return yaml.load(text, Loader=RecipeLoader)  # noqa: S506  (a SafeLoader: plain data only)
+
+
 def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
     keys = dotted.split(".")
     node = tree
@@ -261,7 +265,7 @@ def _set_dotted(tree: dict, dotted: str, raw: str) -> None:
         if not isinstance(node, dict):
             raise RecipeError(f"override {dotted}: {key!r} is not a section")
     try:
-        value = yaml.safe_load(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
+        value = read_yaml(raw)  # "3" -> 3, "1e-3" -> 0.001, "true" -> True, "null" -> None
     except yaml.YAMLError as error:
         problem = getattr(error, "problem", None) or error
         raise RecipeError(f"override {dotted}={raw}: the value is not valid YAML ({problem})") from None
@@ -357,7 +361,7 @@ def load_recipe(path_or_dict, overrides: list[str] | tuple[str, ...] = (), comma
     else:
         path = find_recipe(path_or_dict)
         try:
-            tree = yaml.safe_load(path.read_text()) or {}
+            tree = read_yaml(path.read_text()) or {}
         except yaml.YAMLError as error:
             mark, problem = getattr(error, "problem_mark", None), getattr(error, "problem", None) or error
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -518,7 +522,6 @@ def validate(recipe: Recipe, command: str = "train") -> None:
             + (f"; {hint}" if hint else "")
             + f"; allowed: {sorted(allowed)}"
         )
-    read_model_floats(recipe.model, fam.config_class)
     check_model_numbers(recipe.model)
     # the model section must build a valid config (its own checks name the option and the allowed values)
     try:
