@@ -52,12 +52,12 @@ def write_recipe(tmp_path, recipe, name="recipe.yaml"):
     [
         (["training.max_stepz=3"], r"unknown recipe key\(s\) \['training.max_stepz'\]"),
         (["training.max_steps=three"], r"'training.max_steps': expected int"),
-        (["training.scheduler=exponential"], r"allowed values: \['cosine'"),
+        (["training.scheduler=exponential"], r"allowed values: \['wsd', 'cosine'"),
         (["model.hidden_sise=64"], r"model.hidden_sise"),
         (["model.position_embedding_type=absolute"], r"allowed values: \['learned'"),
         (
             ["task=masked_lm"],
-            r"family 'hf_seq_gpt' cannot do task 'masked_lm'; it can do: \['causal_lm', 'time_series'\]",
+            r"family 'hf_seq_gpt' cannot do task 'masked_lm'; it can do: \['causal_lm', 'time_series', 'music'\]",
         ),
         (["family=lstm-ish"], r"unknown hf-seq family 'lstm-ish'"),
         (["training.batch_size=10", "training.gradient_accumulation_steps=4"], "divisible"),

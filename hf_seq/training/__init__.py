@@ -33,7 +33,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "make_optimizer",
             "note_launch_shortfall",
             "prepare_data",
-            "replan",
+            "make_scheduler",
             "run",
             "set_scheduled_sampling",
             "setup",

@@ -28,6 +28,8 @@ CHECKPOINT_PREFIX = "checkpoint-"
 RESUMABLE_KEYS = {
     "training.max_steps",
     "training.max_seconds",
+    "training.decay_fraction",  # a run in its stable phase continued, or a decay branch from it
+    "training.select_by",  # the evaluations kept from the resume on (the earlier choice is forgotten)
     "training.eval_every",
     "training.save_every",
     "training.keep_checkpoints",
@@ -139,7 +141,9 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, scheduler, shard
             if isinstance(data, BlockStream):  # streaming: each process continues its own stream
                 data.load(checkpoint, accelerator.process_index)
             state = json.loads((checkpoint / "state.json").read_text())
-            scheduler.load_state_dict({**state.pop("scheduler"), "lr_lambdas": [None] * len(scheduler.lr_lambdas)})
+            saved = state.pop("scheduler")  # a torch scheduler's lambdas are code: not saved, not read
+            lambdas = {"lr_lambdas": [None] * len(scheduler.lr_lambdas)} if hasattr(scheduler, "lr_lambdas") else {}
+            scheduler.load_state_dict(saved | lambdas)
         except Exception as error:  # noqa: BLE001  (any damage: say which file, fall back to an older checkpoint)
             accelerator.print(f"warning: checkpoint {checkpoint} does not load ({type(error).__name__}: {error})")
             if checkpoint == found[-1]:

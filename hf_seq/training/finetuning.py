@@ -155,7 +155,11 @@ def trainer_arguments(recipe: Recipe, per_device: int, generates: bool) -> Train
         weight_decay=t.weight_decay,
         adam_beta2=t.adam_beta2,
         warmup_steps=t.warmup_steps,
-        lr_scheduler_type=t.scheduler,
+        # transformers' warmup_stable_decay is wsd in steps (its decay is cosine by default; hf-seq's is 1 - sqrt)
+        lr_scheduler_type="warmup_stable_decay" if t.scheduler == "wsd" else t.scheduler,
+        lr_scheduler_kwargs={"num_decay_steps": round(t.decay_fraction * t.max_steps), "decay_type": "1-sqrt"}
+        if t.scheduler == "wsd"
+        else {},
         max_grad_norm=t.max_grad_norm,
         eval_strategy="steps",
         eval_steps=t.eval_every,

@@ -22,6 +22,7 @@ import io
 import json
 import os
 import signal
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,11 +63,11 @@ from hf_seq.training.runs import (
     evaluate_folder,
     save_run_files,
 )
+from hf_seq.training.schedules import PROGRESS_SCHEDULES, ProgressSchedule
 
 # Evaluation entries that are settings, not measurements: in metrics.json, not in the progress lines
 DECODING_KEYS = {"num_beams", "do_sample", "length_penalty", "early_stopping", "max_length_a", "max_length_b"}
-# The schedule's length while a wall-clock budget without max_steps is not yet planned (it is at step 10): warm-up,
-# then the peak rate.
+# The step limit of a run whose budget is seconds alone: none (its schedule follows its progress through the seconds).
 UNPLANNED_STEPS = 10**9
 
 
@@ -84,8 +85,7 @@ class TrainState:
     real_tokens: int = 0  # not padding; for sentence pairs, source and target
     padded_tokens: int = 0  # sentence pairs: both sides as batched
     best: dict | None = None
-    plan_mark: list | None = None  # (step, seconds, eval_seconds) where the speed is next measured from
-    plan_speed: float | None = None  # seconds per step the current wall-clock plan assumes
+    learning_rates: list = field(default_factory=list)  # each step's rate, as it ran
     eval_seconds: float = 0.0  # time spent in evaluations, kept apart from the steps' speed
     stopped_early: int | None = None
 
@@ -112,7 +112,6 @@ class Session:
     distributed: dict
     fsdp: object = None  # the FSDP settings of the launch, if any
     tracker: str | None = None
-    plan: bool = False  # a wall-clock budget: the schedule is fitted to it as the run goes (`replan`)
 
     @property
     def output_dir(self) -> Path:
@@ -176,27 +175,24 @@ def setup(recipe: Recipe, resume: bool, overwrite: bool, prepared=None) -> Sessi
     distributed = describe_distributed(accelerator, fsdp, t, plain)
     if accelerator.num_processes > 1 or fsdp:
         accelerator.print(f"distributed: {distributed['distributed_type']} over {accelerator.num_processes} processes")
-    step_cap = t.max_steps or UNPLANNED_STEPS  # max_seconds alone: no step limit, the plan at step 10 sets the end
+    step_cap = t.max_steps or UNPLANNED_STEPS  # max_seconds alone: no step limit
     state = TrainState(planned_steps=step_cap)
-    scheduler = _scheduler(t, optimizer, step_cap)
+    scheduler = make_scheduler(t, optimizer)
     session = Session(recipe, accelerator, prepared, model, plain, optimizer, scheduler, collator, state, distributed)
     session.fsdp, session.tracker = fsdp, tracker
     if resume:
         session.state = TrainState.from_json(
             load_checkpoint(accelerator, output_dir, scheduler, shards=session.shards, data=prepared.train)
         )
-        # a resumed run may be given a new max_steps: the schedule then ends there
-        planned = session.state.planned_steps if t.max_seconds else step_cap
-        session.state.planned_steps = min(planned, step_cap)
-        session.scheduler = _scheduler(t, optimizer, session.state.planned_steps, state_dict=scheduler.state_dict())
-    # a wall-clock budget is fitted as the run goes; a resumed run measures its speed afresh from where it resumes
-    session.plan = bool(t.max_seconds)
-    if resume and session.plan and session.state.plan_mark is not None:
-        s = session.state
-        s.plan_mark = [s.step, s.seconds, s.eval_seconds]
+        saved = json.loads((output_dir / "checkpoints" / "recipe.json").read_text())
+        if saved["training"].get("select_by") != t.select_by:  # a new measure: its choice starts from the resume
+            session.state.best = None
+        # a resumed run may be given a new budget (max_steps, max_seconds, decay_fraction): its schedule ends there
+        session.state.planned_steps = step_cap
+        if not isinstance(scheduler, ProgressSchedule):
+            session.scheduler = _scheduler(t, optimizer, step_cap, state_dict=scheduler.state_dict())
     if budget_note(t):
-        plan_note = "; the speed measured as the run goes says which" if session.plan and t.max_steps else ""
-        accelerator.print(budget_note(t) + plan_note)
+        accelerator.print(budget_note(t))
     if tracker:
         accelerator.init_trackers(output_dir.name, config={k: str(v) for k, v in recipe.to_dict().items()})
     return session
@@ -306,7 +302,8 @@ def loop(session: Session, progress: bool) -> None:
     """Steps until the planned end, a time limit or early stopping; evaluations every training.eval_every steps and
     at the end; checkpoints every training.save_every steps and on Ctrl-C / SIGTERM (which then exits)."""
     s, recipe, t, accelerator = session.state, session.recipe, session.recipe.training, session.accelerator
-    total = None if s.planned_steps >= UNPLANNED_STEPS else s.planned_steps  # known once the budget is planned
+    total = None if s.planned_steps >= UNPLANNED_STEPS else s.planned_steps  # a seconds budget: the bar counts up
+    by_progress, recent = isinstance(session.scheduler, ProgressSchedule), []  # the last steps' seconds
     disable = not (progress and accelerator.is_local_main_process)
     bar = tqdm(total=total, initial=s.step, desc="training", disable=disable)
     start_time = time.perf_counter() - s.seconds
@@ -318,6 +315,10 @@ def loop(session: Session, progress: bool) -> None:
                 session.prepared.train, session.collator, s.step, t, accelerator, recipe.data.shuffle,
                 recipe.data.batch_tokens,
             )  # fmt: skip
+            if by_progress:  # the rate of this step, from where the run will be when it ends (every process agrees)
+                session.scheduler.advance(_agreed(accelerator, s.seconds + _step_seconds(recent) + _eval_reserve(s)))
+            s.learning_rates.append(session.optimizer.param_groups[0]["lr"])
+            before = s.seconds
             try:
                 loss = train_step(
                     session.model, session.optimizer, session.scheduler, batches, session.prepared.task, t,
@@ -330,20 +331,22 @@ def loop(session: Session, progress: bool) -> None:
             s.tokens += sum(session.prepared.task.count_inputs(b) for b in batches) * accelerator.num_processes
             count_tokens(s, batches, session.prepared.task, accelerator)
             s.seconds = time.perf_counter() - start_time
+            recent[:] = [*recent[-9:], s.seconds - before]
             s.losses.append(loss)
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{session.scheduler.get_last_lr()[0]:.2e}")
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{s.learning_rates[-1]:.2e}")
             if session.tracker:
-                accelerator.log({"train/loss": loss, "train/lr": session.scheduler.get_last_lr()[0]}, step=s.step)
-            if session.plan and s.step < s.planned_steps and _plan_due(s, after_evaluation=False):
-                replan(session, bar)
-            last = s.step >= s.planned_steps or _out_of_time(t, s, accelerator)
+                accelerator.log({"train/loss": loss, "train/lr": s.learning_rates[-1]}, step=s.step)
+            if s.step == 10 and t.max_seconds and accelerator.is_main_process:
+                bar.write(f"step 10: {_budget_progress_note(t, s, _step_seconds(recent))}")
+            done = by_progress and _any(accelerator, session.scheduler.done)  # this step ran at the end of the budget
+            last = s.step >= s.planned_steps or done or _out_of_time(t, s, accelerator)
             if s.step % t.eval_every == 0 or last:
                 last = evaluate_now(session, bar, last)
-                if session.plan and not last and _plan_due(s, after_evaluation=True):
-                    replan(session, bar)
             interrupted = _any(accelerator, stop.signal is not None)
-            if (s.step % t.save_every == 0 and not last) or interrupted:
+            # a run that ends in its stable phase (no decay) keeps a checkpoint to be continued from
+            stable_end = last and by_progress and session.scheduler.continuable
+            if (s.step % t.save_every == 0 and not last) or interrupted or stable_end:
                 save_checkpoint(
                     accelerator, session.output_dir, dataclasses.asdict(s), session.scheduler, t.keep_checkpoints,
                     shards=session.shards, data=session.prepared.train,
@@ -360,23 +363,6 @@ def loop(session: Session, progress: bool) -> None:
     bar.close()
     if session.tracker:
         accelerator.end_training()
-
-
-def replan(session: Session, bar) -> None:
-    """Fit the schedule to the steps the wall-clock budget still holds at the speed measured since the last mark, so
-    the run ends at its time limit with the learning rate at the schedule's floor, also when the machine slows down
-    or speeds up part-way (`_plan_due` says when)."""
-    s, t = session.state, session.recipe.training
-    before, first = s.planned_steps, s.plan_speed is None
-    fit, per_step = _plan_steps(t, s, session.accelerator)
-    s.planned_steps = min(fit, t.max_steps or UNPLANNED_STEPS)
-    if s.planned_steps != before:
-        session.scheduler = _scheduler(t, session.optimizer, s.planned_steps, state_dict=session.scheduler.state_dict())
-        bar.total = s.planned_steps
-        bar.refresh()
-    # said at the first plan, and when a later one moves the end by more than 2%
-    if session.accelerator.is_main_process and (first or abs(s.planned_steps - before) > before / 50):
-        bar.write(f"step {s.step}: {_plan_note(t, s, fit, per_step)}")
 
 
 def evaluate_now(session: Session, bar, last: bool) -> bool:
@@ -442,7 +428,8 @@ def finish(session: Session) -> RunResult:
         output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save, state_dict=state_dict
     )
     if accelerator.is_main_process:
-        history, curve = {"evaluations": s.evaluations}, {"losses": s.losses, "evaluations": s.evaluations}
+        history = {"evaluations": s.evaluations, "learning_rates": thinned_rates(s.learning_rates)}
+        curve = {"losses": s.losses, "evaluations": s.evaluations}
         save_run_files(recipe, output_dir, prepared.tokenizer, unwrapped.config, summary, history, curve)
     accelerator.wait_for_everyone()
     return RunResult(
@@ -462,9 +449,8 @@ def summarize(session: Session, final: dict, averaged: list[int] | None) -> dict
         "eval_seconds": s.eval_seconds,  # of `seconds`, the periodic evaluations'
         "tokens_per_second": s.tokens / max(s.seconds, 1e-9),
         "final_train_loss": s.losses[-1] if s.losses else None,
-        # the schedule the run finished (a wall-clock budget re-plans it as it goes; None: stopped before a plan)
-        "schedule_steps": s.planned_steps if s.planned_steps < UNPLANNED_STEPS else None,
-        "final_learning_rate": session.scheduler.get_last_lr()[0],
+        "schedule": describe_schedule(session),
+        "final_learning_rate": s.learning_rates[-1] if s.learning_rates else None,  # the last step's rate
         "epochs": epochs_trained(recipe, prepared.train, s.step, processes) if rows else None,
         **token_summary(s),
         **({"best_step": s.best["step"], "selected_by": recipe.training.select_by} if s.best else {}),
@@ -694,70 +680,61 @@ def _scheduler(t, optimizer, steps: int, state_dict: dict | None = None):
     return scheduler
 
 
-def _plan_note(t, state: TrainState, fit: int, per_step: float) -> str:
-    """Which limit ends the run, at the speed measured so far."""
+def make_scheduler(t, optimizer):
+    """The recipe's schedule: a function of the run's progress through its budget (`ProgressSchedule`) for wsd, and
+    for cosine, linear and constant under a seconds budget; transformers' schedule of the step otherwise."""
+    if t.scheduler == "wsd" or (t.max_seconds and t.scheduler in PROGRESS_SCHEDULES):
+        return ProgressSchedule(optimizer, t.scheduler, t.warmup_steps, t.max_steps, t.max_seconds, t.decay_fraction)
+    return _scheduler(t, optimizer, t.max_steps or UNPLANNED_STEPS)
+
+
+def describe_schedule(session: Session) -> dict:
+    """metrics.json's schedule: its kind, its phases' starts in seconds, the peak and final rate."""
+    s, t, scheduler = session.state, session.recipe.training, session.scheduler
+    if isinstance(scheduler, ProgressSchedule):
+        return scheduler.describe(s.seconds)
+    final = s.learning_rates[-1] if s.learning_rates else None
+    return {"kind": t.scheduler, "warmup_steps": t.warmup_steps, "steps": t.max_steps, "peak_learning_rate":
+            t.learning_rate, "final_learning_rate": final}  # fmt: skip
+
+
+def thinned_rates(rates: list[float], most: int = 2000) -> list[list]:
+    """[step, rate] of each step (counted from 1), every k-th past `most` steps, and always the last."""
+    every = max(1, -(-len(rates) // most))
+    kept = [[k + 1, rate] for k, rate in enumerate(rates) if k % every == 0]
+    return kept + ([[len(rates), rates[-1]]] if rates and (len(rates) - 1) % every else [])
+
+
+def _step_seconds(recent: list[float]) -> float:
+    """A step's seconds, as the last few measured (their median: one slow step moves it little); 0 before any."""
+    return statistics.median(recent) if recent else 0.0
+
+
+def _eval_reserve(state: TrainState) -> float:
+    """The seconds the final evaluation will take, as the earlier ones did: kept out of the steps' share."""
+    return state.eval_seconds / len(state.evaluations) if state.evaluations else 0.0
+
+
+def _agreed(accelerator, seconds: float) -> float:
+    """The latest of the processes' clocks: every process sets the same rate."""
+    if accelerator.num_processes == 1:
+        return seconds
+    return accelerator.reduce(torch.tensor(seconds, device=accelerator.device), reduction="max").item()
+
+
+def _budget_progress_note(t, state: TrainState, per_step: float) -> str:
+    """Said at step 10: what the budget holds at the speed so far (a guide; nothing is planned from it)."""
+    fit = state.step + int(max(t.max_seconds - state.seconds, 0) / per_step) if per_step > 0 else None
     speed = f"at {per_step:.3g} s/step"
-    if t.max_steps is None:
-        return f"{speed}, training.max_seconds={t.max_seconds:g} fits about {fit} steps: the schedule ends there"
-    if fit < t.max_steps:
-        return (
-            f"{speed}, training.max_seconds={t.max_seconds:g} ends the run, at about step {fit} (before "
-            f"training.max_steps={t.max_steps})"
-        )
+    if fit is None:
+        return f"{speed}: too fast to time"
+    if t.max_steps is None or fit < t.max_steps:
+        return f"{speed}, training.max_seconds={t.max_seconds:g} holds about {fit} steps"
     end = state.seconds + (t.max_steps - state.step) * per_step
     return (
         f"{speed}, training.max_steps={t.max_steps} ends the run, after about {end:.0f} s (within "
         f"training.max_seconds={t.max_seconds:g})"
     )
-
-
-# A wall-clock plan is made at step 10 (a first guess, warm-up included), at step 50 (past it), after every
-# evaluation, and whenever the speed of the last `_drift_window` steps strays more than PLAN_DRIFT from the plan's.
-PLAN_DRIFT = 0.10
-
-
-def _drift_window(state: TrainState) -> int:
-    return max(10, min(state.planned_steps, UNPLANNED_STEPS - 1) // 20)
-
-
-def _plan_due(state: TrainState, after_evaluation: bool) -> bool:
-    """Whether to re-plan the wall-clock schedule now. Between plans the speed is measured over windows of steps;
-    a window that keeps to the plan's speed only moves the mark, so a slow-down is seen within one window."""
-    mark_step, mark_seconds, mark_eval = _mark(state)
-    steps = state.step - mark_step
-    if state.plan_speed is None or (state.step == 50 and not after_evaluation):
-        return state.step >= 10 and steps > 0
-    if after_evaluation:
-        return steps >= 5  # fewer steps would be too noisy a speed
-    if steps < _drift_window(state):
-        return False
-    per_step = (state.seconds - mark_seconds - (state.eval_seconds - mark_eval)) / steps
-    if abs(per_step / state.plan_speed - 1) > PLAN_DRIFT:
-        return True
-    state.plan_mark = [state.step, state.seconds, state.eval_seconds]
-    return False
-
-
-def _mark(state: TrainState) -> tuple[int, float, float]:
-    mark = list(state.plan_mark or (0, 0.0, 0.0))
-    return (*mark, 0.0)[:3] if len(mark) == 2 else tuple(mark)  # checkpoints before eval_seconds kept two
-
-
-def _plan_steps(t, state: TrainState, accelerator) -> tuple[int, float]:
-    """With a wall-clock budget, the number of steps that fit in what is left of it at the speed measured since the
-    last mark (agreed on by every process), so the learning-rate schedule ends when the budget does; and that speed
-    in seconds per step. Time spent evaluating is kept apart: the evaluations still to come (every
-    training.eval_every steps, and the final one) are set aside from what is left before the steps are counted."""
-    mark_step, mark_seconds, mark_eval = _mark(state)
-    per_step = (state.seconds - mark_seconds - (state.eval_seconds - mark_eval)) / (state.step - mark_step)
-    evaluations = len(state.evaluations)
-    per_eval = state.eval_seconds / evaluations if evaluations else 0.0
-    state.plan_mark, state.plan_speed = [state.step, state.seconds, state.eval_seconds], per_step
-    left = t.max_seconds - state.seconds - per_eval  # the final evaluation
-    steps = left / (per_step + per_eval / t.eval_every) if per_step > 0 else UNPLANNED_STEPS
-    planned = torch.tensor(state.step + int(max(steps, 0)), device=accelerator.device)
-    planned = accelerator.reduce(planned, reduction="min").item() if accelerator.num_processes > 1 else planned.item()
-    return max(state.step + 1, int(planned)), per_step
 
 
 def _out_of_time(t, state: TrainState, accelerator) -> bool:

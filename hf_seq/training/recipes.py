@@ -14,7 +14,7 @@ import yaml
 
 from hf_seq.errors import InvalidValueError, MissingFileError
 
-SCHEDULERS = ("cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
+SCHEDULERS = ("wsd", "cosine", "linear", "constant", "constant_with_warmup", "inverse_sqrt")
 MIXED_PRECISION = ("no", "bf16", "fp16")
 # training.select_by: the held-out metric model selection follows -> (its key in the metrics, whether higher is better)
 SELECT_BY = {"loss": ("eval_loss", False), "bleu": ("eval_bleu", True)}
@@ -79,8 +79,9 @@ DEFAULT_MAX_STEPS = 400  # the budget of a recipe that gives neither training.ma
 class TrainingRecipe:
     output_dir: str = "runs/model"
     seed: int = 0
-    # The budget. max_seconds alone: the wall clock, with the schedule fitted to the steps that fit in it; both: the
-    # run ends at whichever comes first (and says which at its start); neither: DEFAULT_MAX_STEPS steps.
+    # The budget. max_seconds alone: the wall clock; both: the run ends at whichever comes first (and says which at its
+    # start); neither: DEFAULT_MAX_STEPS steps. Under either, wsd, cosine, linear and constant are functions of the
+    # run's progress through it (hf_seq.training.schedules.ProgressSchedule): nothing is planned from a speed.
     max_steps: int | None = None
     max_seconds: float | None = None
     threads: int | None = None  # torch threads; None: one per core that is not busy (measured at the start)
@@ -94,7 +95,8 @@ class TrainingRecipe:
     weight_decay: float = 0.1
     adam_beta2: float = 0.95
     warmup_steps: int = 20
-    scheduler: str = "cosine"
+    scheduler: str | None = None  # None: "wsd" under a seconds budget alone, else "cosine"
+    decay_fraction: float = 0.2  # wsd: the share of the budget its decay takes (0: none, a run that can continue)
     max_grad_norm: float = 1.0
     # A step whose training loss is not finite, or above this (nats per token; None: only non-finite), stops the run
     # with the reason, keeping the last finite weights: far above any loss a model that is learning reports
@@ -127,6 +129,8 @@ class TrainingRecipe:
     def __post_init__(self):
         if self.max_steps is None and self.max_seconds is None:
             self.max_steps = DEFAULT_MAX_STEPS
+        if self.scheduler is None:
+            self.scheduler = "wsd" if self.max_seconds and not self.max_steps else "cosine"
 
 
 @dataclass
@@ -425,6 +429,11 @@ def validate(recipe: Recipe, command: str = "train") -> None:
         )
     if t.scheduler not in SCHEDULERS:
         raise RecipeError(f"recipe key 'training.scheduler': {t.scheduler!r}; allowed values: {list(SCHEDULERS)}")
+    if not 0 <= t.decay_fraction <= 1:
+        raise RecipeError(
+            f"recipe key 'training.decay_fraction' must be in [0, 1] (the share of the budget the decay takes), got "
+            f"{t.decay_fraction}"
+        )
     if t.mixed_precision not in MIXED_PRECISION:
         raise RecipeError(
             f"recipe key 'training.mixed_precision': {t.mixed_precision!r}; allowed values: {list(MIXED_PRECISION)}"

@@ -203,8 +203,8 @@ def budget_note(t) -> str | None:
         return None
     if t.max_steps is None:
         return (
-            f"training.max_seconds={t.max_seconds:g} is the budget (no step limit): the schedule is fitted to the "
-            "steps that fit, re-planned as the measured speed changes"
+            f"training.max_seconds={t.max_seconds:g} is the budget (no step limit): the {t.scheduler} schedule follows "
+            "the seconds elapsed"
         )
     return (
         f"training.max_steps={t.max_steps} and training.max_seconds={t.max_seconds:g} given: the run ends at "
