@@ -506,12 +506,24 @@ def add_lineage_parser(commands) -> None:
                         + each(lambda study: study.default_budget))  # fmt: skip
     budget.add_argument("--budget-seconds", type=float, help="training seconds per member, in place of tokens")
     budget.add_argument("--budget-flops", type=float, help="training FLOPs per member (6N + attention per token)")
+    budget.add_argument(
+        "--study-seconds",
+        type=float,
+        help="seconds for the whole study (its data, the n-gram, the "
+        "size searches and the scored runs), shared by its members; it ends within 5%% of them",
+    )
+    p.add_argument(
+        "--regret",
+        action="store_true",
+        help="also train each member at half and twice its chosen size "
+        "for the chosen run's training, and report the choice's regret (after the study: not in its time)",
+    )
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
     p.add_argument(
         "--sizes",
         type=parse_sizes,
-        help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M, or auto: each member at the size that short pilot "
-        "runs predict best for the budget (the default with --budget-seconds or --budget-flops)",
+        help="non-embedding parameter targets, e.g. 0.4M,1.6M,6.4M, or auto: each member's size chosen by successive "
+        "halving inside its budget, the survivor trained on (the default with a seconds or FLOPs budget)",
     )
     p.add_argument("--seeds", type=int, default=1, help="seeds per member and size: mean and spread")
     p.add_argument("--quick", action="store_true", help="tiny corpus, models and budget (a test, not a result)")

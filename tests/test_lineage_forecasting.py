@@ -92,7 +92,8 @@ def test_a_member_too_large_to_match_the_target_is_named(capsys):
 
 
 def test_the_command_sizes_forecasters_by_a_seconds_budget(tmp_path):
-    """`--budget-seconds` sizes the networks from pilots (--sizes auto) and the command prints the ranking."""
+    """`--budget-seconds` sizes the networks by a search inside the budget (--sizes auto) and the command prints the
+    ranking."""
     import subprocess
     import sys
 
@@ -100,11 +101,11 @@ def test_the_command_sizes_forecasters_by_a_seconds_budget(tmp_path):
                "6", "--members", "seasonal_naive,window", "--output-dir", str(tmp_path)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "window pilot at" in done.stdout
+    assert "window rung 2: kept" in done.stdout
     assert any(line.split()[:2] == ["auto", "window:"] for line in done.stdout.splitlines()), done.stdout[-800:]
     result = json.loads((tmp_path / "lineage.json").read_text())
     window = next(r for r in result["members"] if r["name"] == "window")
-    assert result["sizes"] == ["auto"] and len(window["sizing"]["pilots"]) == 3
+    assert result["sizes"] == ["auto"] and window["search"]["chosen"] == str(window["non_embedding_params"])
 
 
 def test_many_series_of_a_long_table_by_id_and_timestamp(tmp_path):

@@ -1,78 +1,101 @@
-"""`hf-seq lineage --sizes auto`: pilots, one loss surface L(N, D) = E + A/N^alpha + B/D^beta fitted to their curves,
-and each member trained at the size the surface predicts best for its budget."""
+"""`hf-seq lineage --sizes auto`: candidates at several sizes share the member's budget by successive halving, judged
+by decay branches and their own curves; the survivor continues from its checkpoint; a whole-study budget holds; and
+--regret measures the choice."""
 
 import json
 import math
+import time
 
 import pytest
 
 from hf_seq.experiments import lineage, sizing
 
-TRUE = {"E": 1.7, "A": 400.0, "alpha": 0.35, "B": 900.0, "beta": 0.3}
+
+def test_the_survivor_trains_what_the_candidates_rungs_and_branches_leave():
+    # 4 candidates to 6% (+ branches of a quarter of that), 2 on to 15% (+ branches), the survivor on to the end
+    spent = 4 * (0.06 + 0.25 * 0.06) + 2 * (0.09 + 0.25 * 0.15)
+    assert sizing.survivor_share(4) == pytest.approx(0.15 + 1 - spent)
+    assert sizing.survivor_share(1) > sizing.survivor_share(2) > sizing.survivor_share(4)  # fewer candidates: more
 
 
-def surface_points(sizes=(1e5, 4e5, 1.6e6), tokens=(2e6, 4e6, 8e6, 1.6e7)):
-    return [(n, d, sizing.predict(TRUE, n, d)) for n in sizes for d in tokens]
+def power_curve(e, a, alpha, times):
+    return [(t, e + a * t**-alpha) for t in times]
 
 
-def test_the_fit_recovers_a_known_surface():
-    fit = sizing.fit_surface(surface_points())
-    assert fit["alpha"] == pytest.approx(TRUE["alpha"], abs=0.051) and fit["beta"] == pytest.approx(0.3, abs=0.051)
-    for n, d in [(2e5, 3e6), (3e6, 5e7)]:  # inside the points and well outside them
-        assert sizing.predict(fit, n, d) == pytest.approx(sizing.predict(TRUE, n, d), rel=0.01)
-    assert sizing.fit_surface(surface_points(sizes=(1e5,))) is None  # one size: N's exponent is not determined
+def test_a_candidate_is_judged_at_the_end_its_own_curve_predicts():
+    times = [10.0 * k for k in range(1, 9)]
+    # a slow starter (large A, small alpha) still falls a lot after the rung; a fast one has flattened
+    slow, fast = power_curve(2.0, 6.0, 0.4, times), power_curve(2.9, 3.0, 1.0, times)
+    at, end = 80.0, 800.0
+    judged_slow, judged_fast = sizing.judge(slow, slow[-1][1], at, end), sizing.judge(fast, fast[-1][1], at, end)
+    assert slow[-1][1] > fast[-1][1]  # at the rung the fast one is ahead ...
+    assert judged_slow["predicted_loss"] < judged_fast["predicted_loss"]  # ... at the end the slow one wins
+    true_drop = 6.0 * (at**-0.4 - end**-0.4)
+    observed = slow[2][1] - slow[-1][1]  # the cap: the observed drop per log-time, carried to the end
+    cap = observed * math.log(end / at) / math.log(at / slow[2][0])
+    assert judged_slow["predicted_drop"] == pytest.approx(min(true_drop, cap), rel=0.05)
+    flat = [(t, 3.0) for t in times]
+    assert sizing.judge(flat, 2.9, at, end)["predicted_loss"] == pytest.approx(2.9)  # no drop: the branch alone
+    assert sizing.judge(flat[:2], 2.9, at, end)["fit"] is None  # too few points: the branch alone judges
 
 
-def test_the_chosen_size_is_the_surfaces_optimum_for_a_flops_budget():
-    """With C = 6 N D FLOPs, the optimum of E + A N^-a + B D^-b has a closed form (Hoffmann et al. 2022, eq. 4):
-    N* = G (C/6)^(b/(a+b)), G = (a A / (b B))^(1/(a+b))."""
-    a, b = TRUE["alpha"], TRUE["beta"]
-    pilots = [sizing.Pilot(0, n, 6 * n, 1.0, 1, []) for n in (1e5, 4e5, 1.6e6)]
-    budget = 6 * 4e5 * 8e6
-    g = (a * TRUE["A"] / (b * TRUE["B"])) ** (1 / (a + b))
-    optimum = g * (budget / 6) ** (b / (a + b))
-    chosen = sizing.choose(TRUE, pilots, {"flops": budget}, candidates=400)
-    assert chosen["non_embedding_params"] == pytest.approx(optimum, rel=0.02)
-    assert chosen["tokens"] == pytest.approx(budget / (6 * chosen["non_embedding_params"]), rel=0.01)
-
-
-def test_a_seconds_budget_gives_each_size_the_tokens_the_pilots_measured_speed_allows():
-    pilots = [sizing.Pilot(0, n, 0.0, seconds=10.0, tokens=round(1e11 / n), curve=[]) for n in (1e5, 4e5, 1.6e6)]
-    tokens = sizing.tokens_for(pilots, {"seconds": 100.0})
-    assert tokens(4e5) == pytest.approx(10 * 1e11 / 4e5, rel=1e-6)  # 10 x the pilot's time
-    assert tokens(8e5) == pytest.approx(10 * 1e11 / 8e5, rel=1e-6)  # speed falls as 1/N: the power law between
-
-
-def test_sizes_auto_on_quick_trains_pilots_fits_and_reports(tmp_path):
+def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_path):
     result = lineage.run(quick=True, output_dir=tmp_path, members=("ngram", "gpt"), budget_flops=3e10, progress=False)
     assert result["sizes"] == ["auto"]  # the default under a FLOPs budget
     (gpt,) = [r for r in result["members"] if r["name"] == "gpt"]
-    z = gpt["sizing"]
-    assert [p["non_embedding_params"] for p in z["pilots"]] == sorted(p["non_embedding_params"] for p in z["pilots"])
-    assert len(z["pilots"]) == len(sizing.PILOT_SCALES) and z["fit"] is not None and z["fit"]["points"] >= 5
-    smallest, largest = z["pilots"][0]["non_embedding_params"], z["pilots"][-1]["non_embedding_params"]
-    chosen = z["chosen"]["non_embedding_params"]
-    assert smallest * sizing.CHOICE_RANGE[0] * 0.99 <= chosen <= largest * sizing.CHOICE_RANGE[1] * 1.01
-    settings = lineage.LINEAGE.settings_for(quick=True)
-    size = lineage.matched_size("gpt", settings, result["vocab_size"], chosen)  # trained at the chosen size
-    assert gpt["non_embedding_params"] == lineage.count_parameters(lineage.build("gpt", settings, size, 320))[1]
-    # the budget holds at the chosen size: its steps are the FLOPs budget over its FLOPs per step
-    assert gpt["steps"] == math.ceil(3e10 / (gpt["flops_per_token"] * gpt["train_tokens"] / gpt["steps"]))
-    assert z["predicted_at_reached"] == pytest.approx(
-        sizing.predict(z["fit"], gpt["non_embedding_params"], gpt["train_tokens"])
-    )
-    assert z["reached_eval_loss"] == gpt["final_eval_loss"]
+    search = gpt["search"]
+    first, second = search["rungs"]
+    assert len(first["candidates"]) == len(sizing.SCALES) and len(first["kept"]) == sizing.KEEP[0]
+    assert {c["candidate"] for c in second["candidates"]} == set(first["kept"])
+    assert second["kept"] == [str(gpt["non_embedding_params"])] == [search["chosen"]]
+    # the rungs are judged in order of the prediction, and the kept are the best predicted
+    predicted = [c["predicted_loss"] for c in first["candidates"]]
+    assert predicted == sorted(predicted)
+    # the survivor's run is the candidate's own, continued: its evaluations start inside the first rung
+    total = search["budget"]
+    assert gpt["curve"][0]["step"] <= sizing.RUNGS[0] * total
+    assert gpt["steps"] == round(sizing.survivor_share(len(first["candidates"])) * total)
+    # every candidate's branch is a copy: the candidate's folder went on from its own checkpoint
+    folders = sorted(p.name for p in (tmp_path / "search").iterdir())
+    assert any(name.endswith("-branch1") for name in folders) and any(name.endswith("-branch2") for name in folders)
     report = (tmp_path / "lineage.md").read_text()
-    assert "## Sizes chosen by the budget" in report and "## How the sizes were chosen" in report
-    assert f"{gpt['non_embedding_params']:,}" in report
-    assert (tmp_path / "pilots").is_dir()
+    assert (
+        "## How the sizes were chosen" in report
+        and f"{gpt['non_embedding_params']:,} non-embedding parameters won" in report
+    )
     saved = json.loads((tmp_path / "lineage.json").read_text())
-    assert saved["members"][1]["sizing"]["chosen"] == z["chosen"]
+    assert saved["members"][1]["search"]["chosen"] == search["chosen"]
 
 
 def test_sizes_auto_needs_a_seconds_or_flops_budget(tmp_path):
-    with pytest.raises(ValueError, match="--sizes auto needs a --budget-seconds or --budget-flops"):
+    with pytest.raises(ValueError, match="--sizes auto needs a --budget-seconds, --study-seconds or --budget-flops"):
         lineage.run(quick=True, output_dir=tmp_path, sizes="auto", budget_tokens=1000)
+
+
+def test_a_whole_study_budget_holds_within_five_percent_and_regret_is_measured(tmp_path):
+    """--study-seconds: the data, the n-gram, every candidate and branch, the scored runs: within 5% of it. --regret
+    (after the study, not in its seconds) trains half and twice the chosen size as long as the chosen run."""
+    budget = 60.0
+    started = time.monotonic()
+    result = lineage.run(quick=True, output_dir=tmp_path, members=("ngram", "gpt", "lstm"), study_seconds=budget,
+                         regret=True, threads=1, progress=False)  # fmt: skip
+    assert abs(result["elapsed_seconds"] - budget) <= 0.05 * budget, result["elapsed_seconds"]
+    assert time.monotonic() - started > budget  # the regret's runs came after
+    for r in result["members"]:
+        if r["name"] == "ngram":
+            continue
+        losses = r["regret_losses"]
+        assert r["regret"] == pytest.approx(losses["chosen"] - min(losses.values()))
+        assert r["regret_sizes"]["half"] < r["non_embedding_params"] < r["regret_sizes"]["twice"]
+    report = (tmp_path / "lineage.md").read_text()
+    assert "### The choice measured: regret" in report and "60 s for the whole study" in report
+
+
+def test_a_whole_study_budget_is_one_budget(tmp_path):
+    with pytest.raises(ValueError, match="give one budget"):
+        lineage.run(quick=True, output_dir=tmp_path, study_seconds=60, budget_seconds=10)
+    with pytest.raises(ValueError, match="--study-seconds must be positive"):
+        lineage.run(quick=True, output_dir=tmp_path, study_seconds=-1)
 
 
 def test_the_translation_lineage_sizes_its_members_by_the_same_rule(tmp_path):
@@ -87,6 +110,18 @@ def test_the_translation_lineage_sizes_its_members_by_the_same_rule(tmp_path):
     )  # fmt: skip
     assert result["sizes"] == ["auto"]
     for r in result["members"]:
-        assert len(r["sizing"]["pilots"]) == len(sizing.PILOT_SCALES), r["name"]
+        assert r["search"]["chosen"] == str(r["non_embedding_params"]), r["name"]
     report = (tmp_path / "out" / "lineage.md").read_text()
     assert "## How the sizes were chosen" in report
+
+
+def test_with_tune_the_search_tries_each_size_at_each_trials_settings(tmp_path):
+    result = lineage.run(quick=True, output_dir=tmp_path, members=("gpt",), budget_flops=3e10, tune=2, progress=False)
+    (gpt,) = result["members"]
+    first = gpt["search"]["rungs"][0]["candidates"]
+    sizes = {c["non_embedding_params"] for c in first}
+    assert len(first) == 2 * len(sizes)
+    assert sorted({c["learning_rate"] for c in first}) == pytest.approx([1.5e-3, 3e-3])  # the two trials' rates
+    winner = min(gpt["search"]["rungs"][-1]["candidates"], key=lambda c: c["predicted_loss"])
+    assert gpt["learning_rate"] == winner["learning_rate"] and gpt["search"]["chosen"] == winner["candidate"]
+    assert "(lr " in (tmp_path / "lineage.md").read_text()

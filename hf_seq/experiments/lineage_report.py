@@ -27,95 +27,90 @@ def size_sections(result: dict, header: str, row, order, higher_is_better: bool 
 
 
 def sizing_lines(result: dict) -> list[str]:
-    """`--sizes auto`: each member's pilots, its fitted loss surface, the size chosen for the budget with the loss
-    predicted there, and the loss its final run reached; then what the fits predict at other budgets."""
-    sized = [r for r in result["members"] if r.get("sizing") and r["seed"] == 0]
-    if not sized:
+    """`--sizes auto`: each member's search (hf_seq.experiments.sizing): the candidates at each rung, how each was
+    judged (its decay branch's loss, the further drop its curve predicts, the prediction), which went on and why
+    the winner won; and with --regret, the chosen size against half and twice it."""
+    searched = [r for r in result["members"] if r.get("search") and r["seed"] == 0]
+    if not searched:
         return []
+    first = searched[0]["search"]
     lines = [
+        "",
         "## How the sizes were chosen",
         "",
-        f"Each member trained {len(sized[0]['sizing']['pilots'])} pilots, each on {sizing.PILOT_FRACTION:.0%} of its "
-        "budget with the default settings; one loss surface L(N, D) = E + A / N^alpha + B / D^beta (Hoffmann et al. "
-        "2022) was fitted to the pilots' validation losses (nats per token, on the periodic evaluations' examples) "
-        "against non-embedding parameters N and training tokens D, and the member was trained at the N that the "
-        "surface predicts best for the budget. 'Predicted' is the surface at the size and tokens the final run "
-        "really trained; 'reached' is that run's last validation loss.",
+        f"Each member's candidates, at {', '.join(f'{x:g}' for x in first['scales'])} times the target, shared its "
+        "budget by successive halving: at each rung every candidate still in trained at its peak rate (the stable "
+        f"phase of the wsd schedule), then a decay branch of {sizing.BRANCH:.0%} of that on a copy gave the loss it "
+        "would reach if it stopped there; each was judged by that loss less the further drop its own curve "
+        "(E + A t^-alpha, fitted to its evaluations) predicts up to the survivor's end; the best went on. The "
+        f"survivor continued from its own checkpoint to {first['survivor_share']:.0%} of the budget, the rest having "
+        "paid for the candidates and branches. Losses are validation nats per token.",
         "",
-        "| member | pilots: N (validation loss) | E | A | alpha | B | beta | fit RMSE | chosen N | predicted | reached |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| member | rung | at | candidate (non-embedding) | branch loss | predicted drop | predicted at the end | kept |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in sized:
-        z = r["sizing"]
-        pilots = ", ".join(
-            f"{p['non_embedding_params']:,} ({p['final_eval_loss']:.3f})" if p["final_eval_loss"] is not None
-            else f"{p['non_embedding_params']:,}"
-            for p in z["pilots"]
-        )  # fmt: skip
-        fit = z["fit"]
-        if fit is None:
-            lines.append(f"| {r['title']} | {pilots} | no fit (too few points) | | | | | | "
-                         f"{r['non_embedding_params']:,} | | {_loss(z['reached_eval_loss'])} |")  # fmt: skip
-            continue
-        lines.append(
-            f"| {r['title']} | {pilots} | {fit['E']:.3f} | {fit['A']:.3g} | {fit['alpha']:.2f} | {fit['B']:.3g} | "
-            f"{fit['beta']:.2f} | {fit['rmse']:.3f} | {r['non_embedding_params']:,} | "
-            f"{_loss(z['predicted_at_reached'])} | {_loss(z['reached_eval_loss'])} |"
-        )
-    for r in sized:
-        pilots, chosen = r["sizing"]["pilots"], r["sizing"]["chosen"]["non_embedding_params"]
-        top = max(p["non_embedding_params"] for p in pilots) * sizing.CHOICE_RANGE[1]
-        if r["sizing"]["fit"] and chosen >= 0.97 * top:
-            lines += ["", f"{r['title']}: the size chosen is the largest considered ({sizing.CHOICE_RANGE[1]:g}x the "
-                          "largest pilot): the fit asks for a larger model than any pilot measured, a direction "
-                          "rather than a measured optimum."]  # fmt: skip
-        if r["sizing"]["fit"] and r["sizing"]["fit"]["points"] < 12:
-            lines += ["", f"{r['title']}: the fit rests on {r['sizing']['fit']['points']} points (its pilots were "
-                          "short): its prediction is rough."]  # fmt: skip
-    errors = [
-        r["sizing"]["reached_eval_loss"] - r["sizing"]["predicted_at_reached"]
-        for r in sized
-        if r["sizing"]["predicted_at_reached"] is not None and r["sizing"]["reached_eval_loss"] is not None
-    ]
-    if errors:
-        lines += ["", f"The final runs reached losses {min(errors):+.3f} to {max(errors):+.3f} nats from the fits' "
-                      "predictions (negative: better than predicted; a pilot's curve is measured part-way down its "
-                      "own schedule, so the surface tends to be pessimistic)."]  # fmt: skip
-    lines += budget_lines(sized, result)
-    return lines + [""]
+    for r in searched:
+        for k, rung in enumerate(r["search"]["rungs"]):
+            for c in rung["candidates"]:
+                kept = "yes" if c["candidate"] in rung["kept"] else ""
+                if c.get("diverged"):
+                    lines.append(f"| {r['title']} | {k + 1} | | {candidate_cell(c)} | diverged | | | |")
+                    continue
+                lines.append(
+                    f"| {r['title']} | {k + 1} | {c['reached']:.0f} {short(rung['unit'])} | {candidate_cell(c)} | "
+                    f"{c['branch_loss']:.4f} | {c['predicted_drop']:.4f} | {c['predicted_loss']:.4f} | {kept} |"
+                )
+    lines += ["", *(why_chosen(r) for r in searched)]
+    return lines + regret_lines(searched)
 
 
-def budget_lines(sized: list[dict], result: dict) -> list[str]:
-    """The fits' best predicted loss (and its size) for each member at budgets 1/4x to 16x this one: where one
-    member overtakes another."""
-    from hf_seq.experiments.sizing import Pilot
+def candidate_cell(candidate: dict) -> str:
+    """A candidate's size, and its learning rate and dropout when the search tried several (--tune)."""
+    tuned = "-lr" in candidate["candidate"]
+    extra = f" (lr {candidate['learning_rate']:.3g}, dropout {candidate['dropout']:g})" if tuned else ""
+    return f"{candidate['non_embedding_params']:,}{extra}"
 
-    fits = {r["name"]: r["sizing"]["fit"] for r in sized if r["sizing"]["fit"]}
-    if len(fits) < 2:
+
+def short(unit: str) -> str:
+    return {"seconds": "s"}.get(unit, unit)
+
+
+def why_chosen(record: dict) -> str:
+    """One line: the winner, its prediction and the runner-up's at the last rung."""
+    last = record["search"]["rungs"][-1]["candidates"]
+    winner, *others = sorted(last, key=lambda c: c["predicted_loss"])
+    against = f", against {others[0]['predicted_loss']:.4f} at {candidate_cell(others[0])}" if others else ""
+    return (
+        f"- {record['title']}: {candidate_cell(winner)} non-embedding parameters won the last rung with a predicted "
+        f"{winner['predicted_loss']:.4f}{against}; it reached {record['final_eval_loss']:.4f} after "
+        f"{record['seconds']:.0f} s."
+    )
+
+
+def regret_lines(searched: list[dict]) -> list[str]:
+    """--regret: the chosen size's validation loss against half and twice it, each trained as long."""
+    measured = [r for r in searched if "regret" in r]
+    if not measured:
         return []
-    pilots = {
-        r["name"]: [Pilot(p["size"], p["non_embedding_params"], p["flops_per_token"], p["seconds"], p["tokens"], [])
-                    for p in r["sizing"]["pilots"]]
-        for r in sized
-    }  # fmt: skip
-    table = sizing.budget_table(fits, pilots, sized[0]["sizing"]["chosen_budget"])
-    names = [r["name"] for r in sized if r["name"] in fits]
     lines = [
         "",
-        "What the fits predict at other budgets (best validation loss, at the size in brackets; an extrapolation, "
-        "most of all past 4x):",
+        "### The choice measured: regret",
         "",
-        "| budget | " + " | ".join(names) + " |",
-        "|---:|" + "---|" * len(names),
+        "Each member trained again from the start at half and twice its chosen size, for as long as the chosen run "
+        "trained (the same wsd schedule); the regret is the chosen run's validation loss less the best of the three "
+        "(0: the choice was the best of them).",
+        "",
+        "| member | half: N, loss | chosen: N, loss | twice: N, loss | regret (nats per token) |",
+        "|---|---|---|---|---:|",
     ]
-    for row in table:
-        best = min(names, key=lambda n: row[n]["predicted_eval_loss"])
-        cells = [
-            ("**{:.3f}**" if n == best else "{:.3f}").format(row[n]["predicted_eval_loss"])
-            + f" ({row[n]['non_embedding_params']:,})"
-            for n in names
-        ]
-        lines.append(f"| {row['scale']:g}x | " + " | ".join(cells) + " |")
+    for r in measured:
+        sizes, losses = r["regret_sizes"], r["regret_losses"]
+        cell = lambda n, loss: f"{n:,}, {loss:.4f}" if math.isfinite(loss) else f"{n:,}, diverged"
+        lines.append(
+            f"| {r['title']} | {cell(sizes['half'], losses['half'])} | "
+            f"{cell(r['non_embedding_params'], losses['chosen'])} | {cell(sizes['twice'], losses['twice'])} | "
+            f"{r['regret']:.4f} |"
+        )
     return lines
 
 

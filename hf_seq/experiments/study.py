@@ -28,7 +28,9 @@ import importlib
 import json
 import math
 import os
+import shutil
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +39,9 @@ from hf_seq.errors import InvalidValueError
 from hf_seq.experiments import sizing
 
 TUNE_FRACTION = 0.25  # a tuning trial trains on this share of the member's budget
-AUTO = "auto"  # --sizes auto: each member at the size its pilots' fit predicts best for the budget (sizing.py)
+AUTO = "auto"  # --sizes auto: each member at the size a search inside its budget chose (sizing.py)
+OVERHEAD = 1.15  # a member's wall-clock time over its training seconds, until one is measured (--study-seconds)
+RESERVE = 5.0  # seconds a scored run spends outside its training (setup, test scoring, saving), until measured
 OVERSIZE = 1.25  # a member whose smallest size passes the target by more than this is said to be unmatched
 EPOCH_FOR_DROPOUT = 1.0  # past this many epochs of the training text, dropout is on by default
 DROPOUT_PAST_AN_EPOCH = 0.1
@@ -113,6 +117,8 @@ class Options:
     budget_tokens: int | None = None
     budget_seconds: float | None = None
     budget_flops: float | None = None
+    study_seconds: float | None = None  # the whole study's seconds, shared by its members (data and n-gram included)
+    regret: bool = False  # also train each searched member at half and twice its chosen size: the choice's regret
     members: tuple | None = None  # None: every member
     sizes: list | str | None = None  # "auto": chosen by the budget (the default under seconds or FLOPs); None: target
     seeds: int = 1
@@ -123,7 +129,8 @@ class Options:
 
     @property
     def budgets(self) -> dict:
-        return dict(tokens=self.budget_tokens, seconds=self.budget_seconds, flops=self.budget_flops)
+        return dict(tokens=self.budget_tokens, seconds=self.budget_seconds, flops=self.budget_flops,
+                    study=self.study_seconds)  # fmt: skip
 
 
 def own_fields(options_class: type) -> tuple[dataclasses.Field, ...]:
@@ -154,6 +161,7 @@ class Record:
     config: dict | None = None  # the family's config keys
     curve: list = field(default_factory=list)  # the periodic evaluations (a fit: its refits on growing prefixes)
     final_eval_loss: float | None = None
+    selected_eval_loss: float | None = None  # the evaluation kept (training.select_by: the lowest validation loss)
     trials: list = field(default_factory=list)
 
     @property
@@ -203,6 +211,23 @@ class Plan:
     steps: int | None
     past_epoch: bool
     step_seconds: float | None = None  # a timed training step, under a seconds budget
+
+
+@dataclass
+class Candidate:
+    """One candidate of a member's size search: its plan and settings, its name (its non-embedding parameters, and
+    its learning rate and dropout when several are tried), how far it has trained and how often it evaluates."""
+
+    plan: Plan
+    settings: dict
+    tuned: bool = False
+    reached: float = 0.0
+    every: int | None = None
+
+    @property
+    def name(self) -> str:
+        lr, dropout = self.settings["learning_rate"], self.settings["dropout"]
+        return f"{self.plan.non_embedding}" + (f"-lr{lr:.3g}-dropout{dropout:g}" if self.tuned else "")
 
 
 class Study:
@@ -353,10 +378,13 @@ class Study:
     def run(self, options: Options) -> dict:
         """Train and score every member at every size and seed; write lineage.json, lineage.md, the plots and the
         member folders into the output folder. Returns what lineage.json holds."""
+        started = time.monotonic()  # a whole-study budget counts from here: the data and the n-gram are in it
         s = self.settings_for(options.quick, options.set)
         members = tuple(options.members or self.members)
         given, sizes = check_arguments(members, self.members, options.budgets, options.seeds, options.tune,
                                        options.sizes, s.target, self.name)  # fmt: skip
+        if options.study_seconds:  # a first guess of a member's seconds (for dropout); each is allotted as it starts
+            given = {"seconds": options.study_seconds / max(1, sum(self.row(m).family is not None for m in members))}
         output_dir = Path(options.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -364,9 +392,20 @@ class Study:
         data = self.prepare(s, options, output_dir)
         if "tokens" in given:
             s.budget_tokens = given["tokens"]
-        loop = StudyRun(self, s, data, given, options, output_dir, say)
+        deadline = started + options.study_seconds if options.study_seconds else None
+        loop = StudyRun(self, s, data, given, options, output_dir, say, deadline)
         records = loop.train_all(members, sizes)
-        budget = budget_text(given, s.budget_tokens, self.budget_unit)
+        elapsed = time.monotonic() - started
+        result = self.write_result(options, data, s, given, sizes, records, elapsed, load_before)
+        if options.regret:  # a measurement of the study's choices, after it (and its report): not in its seconds
+            loop.regret(records)
+            result = self.write_result(options, data, s, given, sizes, records, elapsed, load_before)
+        return result
+
+    def write_result(self, options, data, s, given, sizes, records, elapsed, load_before) -> dict:
+        """lineage.json, lineage.md and the plots from the records so far; what lineage.json holds."""
+        output_dir = Path(options.output_dir)
+        budget = budget_text(given, s.budget_tokens, self.budget_unit, options.study_seconds)
         metric = self.metric(data)
         result = {"task": self.name, "corpus": data.corpus_name, "quick": options.quick} | data.names
         result |= {"vocab_size": data.vocab_size, "width": s.width, "train_tokens": data.train_tokens}
@@ -376,6 +415,8 @@ class Study:
             "budget_tokens": s.budget_tokens if "tokens" in given or not given else None,
             "budget_seconds": options.budget_seconds,
             "budget_flops": options.budget_flops,
+            "study_seconds": options.study_seconds,
+            "elapsed_seconds": elapsed,  # the study's own time: data, n-gram, searches and scored runs (no regret)
             "tuning": f"{options.tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
             if options.tune
             else "none (the defaults)",
@@ -401,6 +442,7 @@ STUDIES = {
     "language_model": "hf_seq.experiments.lineage",
     "translation": "hf_seq.experiments.lineage_translation",
     "time_series": "hf_seq.experiments.lineage_forecasting",
+    "music": "hf_seq.experiments.lineage_music",
 }
 
 
@@ -458,15 +500,21 @@ def member_data(shared, cap: int | None):
 class StudyRun:
     """One study's run: plans, trains and scores its members."""
 
-    def __init__(self, study: Study, s, data: StudyData, given: dict, options: Options, output_dir: Path, say):
+    def __init__(self, study: Study, s, data: StudyData, given: dict, options: Options, output_dir: Path, say,
+                 deadline: float | None = None):  # fmt: skip
         self.study, self.s, self.data, self.given, self.options = study, s, data, given, options
         self.output_dir, self.say = output_dir, say
         self.fixed = {}  # a member that is not trained is fitted once, whatever the sizes and seeds
+        self.seconds = options.budget_seconds  # a member's training seconds (--study-seconds: set per member)
+        self.deadline, self.overhead = deadline, OVERHEAD  # time.monotonic() at which the whole study must end
+        self.member_deadline, self.reserve = None, RESERVE  # a member's end; its scored run's time outside training
 
     def train_all(self, members, sizes) -> list[dict]:
         """Every member at every size: `tune` trials at TUNE_FRACTION of the budget (the lowest validation loss
-        wins), then one scored run per seed with the chosen settings."""
+        wins), then one scored run per seed with the chosen settings. `--sizes auto`: the size searched inside the
+        member's budget (`search`), the survivor continued to the end of it."""
         options, records = self.options, []
+        networks = [name for name in members if self.study.row(name).family is not None]
         for target in sizes:
             for name in members:
                 row = self.study.row(name)
@@ -475,52 +523,151 @@ class StudyRun:
                         self.fixed[name] = self.study.fit_fixed(row, self.data, self.s, self.given, self.output_dir)
                     records.append(dict(self.fixed[name]) | {"target": target, "seed": 0})
                     continue
-                sized = self.size_by_budget(row) if target == AUTO else None
-                plan = self.plan(row, sized["chosen"]["non_embedding_params"] if sized else target)
-                trials, chosen = self.tune(row, plan, target)
+                started = time.monotonic()
+                left = len(networks) * (len(sizes) - sizes.index(target)) - networks.index(name)  # runs to come
+                self.allot(left)
+                if target != AUTO:
+                    plan = self.plan(row, target)
+                    trials, chosen = self.tune(row, plan, target)
                 for seed in range(options.seeds):
                     folder = self.output_dir / member_folder(name, target, seed, len(sizes) == 1 and options.seeds == 1)
-                    self.say(f"lineage: training {name} (size {plan.non_embedding:,}, seed {seed}, {chosen})")
-                    record = self.train(row, plan, chosen, seed, folder, plan.steps, options.budget_seconds, True)
+                    if target == AUTO:
+                        record = self.search(row, folder, seed)
+                    else:
+                        self.say(f"lineage: training {name} (size {plan.non_embedding:,}, seed {seed}, {chosen})")
+                        record = self.train(row, plan, chosen, seed, folder, plan.steps, self.seconds, True)
+                        record["trials"] = trials
                     self.say(f"lineage: {name}: {self.study.scored_line(record, self.study.metric(self.data))}")
-                    if sized:
-                        record["sizing"] = sizing.reached(sized, record)
-                    records.append(record | {"target": target, "seed": seed, "trials": trials})
+                    records.append(record | {"target": target, "seed": seed})
+                self.spent(time.monotonic() - started)
         return records
 
-    def size_by_budget(self, row: Member) -> dict:
-        """`--sizes auto`: pilots of the member at PILOT_SCALES times the settings' target, each on PILOT_FRACTION of
-        the budget with its default settings; the loss surface fitted to their curves; the size it predicts best for
-        the budget (`hf_seq.experiments.sizing`). Without a fit (too few points) the settings' target."""
-        budget = {k: v for k, v in self.given.items() if k in ("seconds", "flops")}
-        pilots = []
-        for scale in sizing.PILOT_SCALES:
+    # ------------------------------------------------------------------------------------------ the whole budget
+    def allot(self, left: int) -> None:
+        """Under a whole-study budget (--study-seconds), the next member's training seconds: what is left of the
+        study's seconds, shared by the `left` network runs still to come, less the time a run spends outside its
+        training (building, saving, scoring: measured on the members before, first guessed at OVERHEAD)."""
+        if self.deadline is None:
+            return
+        share = max(self.deadline - time.monotonic(), 0.0) / max(left, 1)
+        self.seconds = max(share / self.overhead, 1.0)
+        self.member_deadline = time.monotonic() + share  # the survivor's run is fitted to it (`search`)
+        self.say(f"lineage: {self.seconds:.0f} s of training for the next member ({share:.0f} s of the study's left)")
+
+    def spent(self, seconds: float) -> None:
+        """A member took `seconds` for `self.seconds` of training: the overhead the next allotments assume."""
+        if self.deadline is not None and self.seconds:
+            self.overhead = max(1.0, seconds / (self.seconds * self.options.seeds))
+
+    # ------------------------------------------------------------------------------------------ the size search
+    def search(self, row: Member, folder: Path, seed: int) -> dict:
+        """`--sizes auto`: successive halving over the member at sizing.SCALES times the target (and, with --tune N,
+        each at the N trials' learning rates and dropouts) inside its budget, judged by decay branches and the
+        candidates' own curves (hf_seq.experiments.sizing); the survivor continued from its checkpoint to the end of
+        the budget. Its scored record, with how it was chosen."""
+        total, unit = self.budget_clock(row)
+        plans = {}
+        for scale in sizing.SCALES:
             plan = self.plan(row, round(self.s.target * scale))
-            steps = max(1, math.ceil(plan.steps * sizing.PILOT_FRACTION)) if plan.steps else None
-            seconds = budget["seconds"] * sizing.PILOT_FRACTION if "seconds" in budget else None
-            expected = steps or seconds / plan.step_seconds
-            every = max(1, round(expected / sizing.PILOT_EVALUATIONS))
-            defaults = {"learning_rate": self.s.learning_rate, "dropout": default_dropout(plan.past_epoch)}
-            folder = self.output_dir / "pilots" / f"{row.name}-{plan.non_embedding}"
-            self.say(f"lineage: {row.name} pilot at {plan.non_embedding:,} non-embedding parameters")
-            got = self.train(row, plan, defaults, 0, folder, steps, seconds, False, eval_every=every)
-            pilots.append(sizing.Pilot(plan.size, plan.non_embedding, plan.flops, got["seconds"],
-                                       got["steps"] * self.data.tokens_per_step, got["curve"]))  # fmt: skip
-        fit = sizing.fit_surface(sizing.fit_points(pilots))
-        if fit is None:
-            chosen = {"non_embedding_params": self.s.target, "tokens": None, "predicted_eval_loss": None}
-            self.say(f"lineage: {row.name}: too few pilot evaluations to fit; trained at the default size")
-        else:
-            smallest = count_parameters(self.build(row, 1))[1]
-            chosen = sizing.choose(fit, pilots, budget, smallest=smallest)
-            self.say(f"lineage: {row.name}: the fit predicts {chosen['predicted_eval_loss']:.3f} at "
-                     f"{chosen['non_embedding_params']:,} non-embedding parameters for the budget")  # fmt: skip
-        return {"pilots": pilots, "fit": fit, "chosen": chosen, "budget": budget}
+            plans.setdefault(plan.non_embedding, plan)  # a member whose smallest shape is above a target: once
+        past_epoch = next(iter(plans.values())).past_epoch
+        grid = trial_grid(self.options.tune, self.s, past_epoch) if self.options.tune else [
+            {"learning_rate": self.s.learning_rate, "dropout": default_dropout(past_epoch)}]  # fmt: skip
+        alive = [Candidate(plan, settings, bool(self.options.tune)) for plan in plans.values() for settings in grid]
+        share = sizing.survivor_share(len(alive))
+        end = share * total
+        rungs = []
+        for k, (rung, keep) in enumerate(zip(sizing.RUNGS, sizing.KEEP)):
+            judged = sorted((self.rung(row, c, seed, k, rung * total, unit, end) for c in alive),
+                            key=lambda j: j["predicted_loss"])  # fmt: skip
+            kept = [j["candidate"] for j in judged[:keep]]
+            alive = [c for c in alive if c.name in kept]
+            rungs.append({"at": rung * total, "unit": unit, "candidates": judged, "kept": kept})
+            self.say(f"lineage: {row.name} rung {k + 1}: kept {', '.join(kept)}")
+        chosen = alive[0]
+        if self.member_deadline is not None and self.options.seeds == 1:  # the survivor takes what the member has left
+            end = chosen.reached + max(1.0, self.member_deadline - time.monotonic() - self.reserve)
+        self.say(f"lineage: training {row.name} ({chosen.name}, seed {seed}): continued from {chosen.reached:.0f} to "
+                 f"{end:.0f} {unit} (its budget: {total:.0f})")  # fmt: skip
+        limit = {"seconds": end} if unit == "seconds" else {"steps": round(end)}
+        started = time.monotonic()
+        record = self.train(row, chosen.plan, chosen.settings, seed, folder, limit.get("steps"), limit.get("seconds"),
+                            True, resume=True, copy_from=self.candidate_folder(row, chosen, seed))  # fmt: skip
+        if unit == "seconds":  # what the next member's survivor keeps aside
+            self.reserve = max(1.0, time.monotonic() - started - (record["seconds"] - chosen.reached))
+        record["search"] = {"budget": total, "unit": unit, "survivor_share": share, "rungs": rungs,
+                            "scales": list(sizing.SCALES), "chosen": chosen.name}  # fmt: skip
+        return record
+
+    def budget_clock(self, row: Member) -> tuple[float, str]:
+        """The member's budget on the clock its runs keep: (seconds, "seconds"), or under a FLOPs budget the steps
+        the target size's FLOPs allow, (steps, "steps") (every candidate then trains the same steps: a larger one
+        spends more FLOPs in them, which halving against the steps does not count)."""
+        if self.seconds:
+            return self.seconds, "seconds"
+        plan = self.plan(row, self.s.target)
+        return float(plan.steps), "steps"
+
+    def candidate_folder(self, row: Member, candidate: "Candidate", seed: int) -> Path:
+        return self.output_dir / "search" / f"{row.name}-{candidate.name}-seed{seed}"
+
+    def rung(self, row: Member, candidate: "Candidate", seed: int, k: int, at: float, unit: str, end: float) -> dict:
+        """One candidate at rung k: trained (or continued) at its peak rate to `at`, then a decay branch on a copy;
+        judged at `end` (sizing.judge)."""
+        plan, settings, folder = candidate.plan, candidate.settings, self.candidate_folder(row, candidate, seed)
+        limit = (lambda x: {"seconds": x}) if unit == "seconds" else (lambda x: {"steps": max(1, round(x))})
+        if k == 0:  # its curve's points: EVALUATIONS_PER_RUNG evaluations in the first rung
+            expected = at / plan.step_seconds if unit == "seconds" and plan.step_seconds else at
+            candidate.every = max(1, round(expected / sizing.EVALUATIONS_PER_RUNG))
+        about = {"candidate": candidate.name, "non_embedding_params": plan.non_embedding, "params": plan.params,
+                 **settings}  # fmt: skip
+        stable = self.train(row, plan, settings, seed, folder, limit(at).get("steps"), limit(at).get("seconds"),
+                            False, eval_every=candidate.every, resume=k > 0, decay_fraction=0.0)  # fmt: skip
+        if "diverged" in stable:
+            return about | {"predicted_loss": math.inf, "diverged": True}
+        candidate.reached = stable["total_seconds"] if unit == "seconds" else stable["steps"]
+        branch_end = candidate.reached * (1 + sizing.BRANCH)
+        got = self.train(row, plan, settings, seed, folder.with_name(f"{folder.name}-branch{k + 1}"),
+                         limit(branch_end).get("steps"), limit(branch_end).get("seconds"), False,
+                         eval_every=candidate.every, resume=True,
+                         decay_fraction=(branch_end - candidate.reached) / branch_end, copy_from=folder)  # fmt: skip
+        key = "seconds" if unit == "seconds" else "step"
+        curve = [(c[key], c["eval_loss"]) for c in stable["evaluations"]]
+        loss = got["eval_loss"] if "diverged" not in got else math.inf
+        judged = sizing.judge(curve, loss, candidate.reached, end)
+        self.say(f"lineage: {row.name} {candidate.name}: branch {loss:.4f} at {candidate.reached:.0f} {unit}, "
+                 f"predicted {judged['predicted_loss']:.4f} at {end:.0f}")  # fmt: skip
+        return about | {"reached": candidate.reached} | judged
+
+    # ------------------------------------------------------------------------------------------ the regret
+    def regret(self, records: list[dict]) -> None:
+        """--regret: each searched member also trained from the start at half and twice its chosen size for the
+        chosen run's training; the regret is the chosen run's validation loss less the best of the three."""
+        for record in records:
+            if "search" not in record:
+                continue
+            row, chosen = self.study.row(record["name"]), record["non_embedding_params"]
+            unit, trained = (
+                record["search"]["unit"],
+                record["seconds"] if record["search"]["unit"] == "seconds" else record["steps"],
+            )
+            losses = {"chosen": record["selected_eval_loss"]}
+            for label, scale in (("half", 0.5), ("twice", 2.0)):
+                plan = self.plan(row, round(chosen * scale))
+                folder = self.output_dir / "regret" / f"{row.name}-{label}-seed{record['seed']}"
+                self.say(f"lineage: regret: {row.name} at {plan.non_embedding:,} for {trained:.0f} {unit}")
+                got = self.train(row, plan, {"learning_rate": record["learning_rate"], "dropout": record["dropout"]},
+                                 record["seed"], folder, round(trained) if unit == "steps" else None,
+                                 trained if unit == "seconds" else None, False)  # fmt: skip
+                losses[label] = got["eval_loss"] if "diverged" not in got else math.inf
+                record.setdefault("regret_sizes", {})[label] = plan.non_embedding
+            record["regret_losses"] = losses
+            record["regret"] = losses["chosen"] - min(losses.values())
 
     def tune(self, row: Member, plan: Plan, target: int) -> tuple[list[dict], dict]:
         """(the trials, the settings chosen): the defaults without tuning."""
         chosen = {"learning_rate": self.s.learning_rate, "dropout": default_dropout(plan.past_epoch)}
-        trials, seconds = [], self.options.budget_seconds
+        trials, seconds = [], self.seconds
         for k, trial in enumerate(trial_grid(self.options.tune, self.s, plan.past_epoch)):
             folder = self.output_dir / "trials" / f"{row.name}-{target}-{k}"
             steps = max(1, math.ceil(plan.steps * TUNE_FRACTION)) if plan.steps else None
@@ -565,11 +712,14 @@ class StudyRun:
 
     def train(
         self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool,
-        eval_every: int | None = None,
+        eval_every: int | None = None, resume: bool = False, decay_fraction: float = sizing.DECAY_FRACTION,
+        copy_from: Path | None = None,
     ):  # fmt: skip
-        """One training run through `hf_seq.training.run` (or a finished run of the very same recipe, reused): a
-        tuning trial or a pilot reports its `trial_keys`, seconds and validation curve; a final run (`score`) is
-        scored by the study."""
+        """One training run through `hf_seq.training.run` (or a finished run of the very same recipe, reused), on the
+        wsd schedule: a tuning trial or a search's run reports its `trial_keys`, seconds and evaluations; a final run
+        (`score`) is scored by the study. `resume`: continue the run in `folder` (a candidate's, or a copy of it) to
+        the new limit, decaying over its last `decay_fraction` (0: none, it can be continued again); `copy_from`: a
+        run folder copied to `folder` first (`copy_run`), unless `folder` already holds this very run, finished."""
         from hf_seq.training.divergence import DivergenceError
         from hf_seq.training.pretraining import run
         from hf_seq.training.recipes import load_recipe
@@ -586,28 +736,32 @@ class StudyRun:
         tree["training"] |= {"threads": self.options.threads, "seed": seed, "batch_size": s.batch_size}
         tree["training"] |= {"learning_rate": settings["learning_rate"], "warmup_steps": s.warmup_steps}
         tree["training"] |= {"eval_every": eval_every or s.eval_every, "save_every": 10**9, "select_by": "loss"}
+        tree["training"] |= {"scheduler": "wsd", "decay_fraction": decay_fraction}
         tree["card"] = {"description": f"The {row.title} member of the hf-seq {self.study.title}."}
         for section, keys in self.study.member_recipe(data, s, row, plan, score).items():
             tree[section] |= keys
         recipe = load_recipe(tree)
         result = finished_run(recipe)
         if result is None:
+            if copy_from is not None:
+                copy_run(copy_from, folder)
             try:
-                result = run(recipe, progress=self.options.progress, overwrite=True,
+                result = run(recipe, resume=resume, progress=self.options.progress, overwrite=not resume,
                              prepared=member_data(data.prepared, data.eval_examples))  # fmt: skip
             except DivergenceError as error:
                 if score:  # the settings chosen from trials that did not diverge: say so, in one line
                     raise DivergenceError(f"lineage: {row.name}'s scored run: {error}") from None
                 self.say(f"lineage: {folder.name}: failed, not selected: {error}")
                 failed = {k: 0 if k == "steps" else None for k in self.study.trial_keys}  # no figures to report
-                return failed | {"seconds": 0.0, "curve": [], "diverged": str(error)}
+                return failed | {"seconds": 0.0, "curve": [], "evaluations": [], "diverged": str(error)}
         elif self.options.progress:
             print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
         summary = result.summary
         if not score:
             curve = [(c["step"] * data.tokens_per_step, c["eval_loss"]) for c in result.evaluations]
             steps_only = summary["seconds"] - summary.get("eval_seconds", 0.0)  # the pilots' speed, evaluations aside
-            return {k: summary[k] for k in self.study.trial_keys} | {"seconds": steps_only, "curve": curve}
+            return {k: summary[k] for k in self.study.trial_keys} | {"seconds": steps_only, "curve": curve,
+                    "total_seconds": summary["seconds"], "evaluations": result.evaluations}  # fmt: skip
         record = Record(
             row.name, row.title, row.family, plan.params, plan.non_embedding, plan.flops,
             learning_rate=settings["learning_rate"], dropout=settings["dropout"], best_step=summary.get("best_step"),
@@ -615,8 +769,17 @@ class StudyRun:
             seconds=summary["seconds"], config=recipe.model,
             curve=[{k: c.get(k) for k in self.study.curve_keys} for c in result.evaluations],
             final_eval_loss=result.evaluations[-1]["eval_loss"] if result.evaluations else None,
+            selected_eval_loss=summary.get("eval_loss"),
         )  # fmt: skip
         return record.to_dict(self.study.score(row, result, plan, data, s))
+
+
+def copy_run(source: Path, folder: Path) -> None:
+    """A run folder copied whole (its checkpoint included), so the copy can be resumed on its own: a decay branch,
+    or the survivor's scored run. An earlier copy there is replaced."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(source, folder)
 
 
 def build(row: Member, s, size: int, vocab_size: int, auto_class: str, device: str = "meta"):
@@ -644,11 +807,13 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
     given = {k: v for k, v in budgets.items() if v}
     if len(given) > 1:
         raise InvalidValueError(
-            f"lineage: give one budget (--budget-tokens, --budget-seconds or --budget-flops), got {sorted(given)}"
+            f"lineage: give one budget (--budget-tokens, --budget-seconds, --budget-flops or --study-seconds), got "
+            f"{sorted(given)}"
         )
     for kind, value in given.items():
         if value <= 0:
-            raise InvalidValueError(f"lineage: --budget-{kind} must be positive, got {value!r}")
+            flag = "--study-seconds" if kind == "study" else f"--budget-{kind}"
+            raise InvalidValueError(f"lineage: {flag} must be positive, got {value!r}")
     for name in members:
         if name not in allowed:
             raise InvalidValueError(
@@ -656,11 +821,12 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
             )
     if seeds < 1 or tune < 0:
         raise InvalidValueError(f"lineage: --seeds must be >= 1 and --tune >= 0, got {seeds} and {tune}")
-    timed = "seconds" in given or "flops" in given
+    timed = bool({"seconds", "flops", "study"} & given.keys())
     if sizes == AUTO or (sizes is None and timed):  # under a seconds or FLOPs budget the size follows the budget
         if not timed:
             raise InvalidValueError(
-                "lineage: --sizes auto needs a --budget-seconds or --budget-flops (a token budget does not trade "
+                "lineage: --sizes auto needs a --budget-seconds, --study-seconds or --budget-flops (a token budget "
+                "does not trade "
                 "size against tokens: the largest size would always win)"
             )
         return given, [AUTO]
@@ -670,7 +836,9 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
     return given, sizes
 
 
-def budget_text(given: dict, budget_tokens: int, unit: str = "training tokens") -> str:
+def budget_text(given: dict, budget_tokens: int, unit: str = "training tokens", study_seconds=None) -> str:
+    if study_seconds:
+        return f"{study_seconds:g} s for the whole study"
     if "flops" in given:
         return f"{given['flops']:.3g} training FLOPs per member"
     if "seconds" in given:
