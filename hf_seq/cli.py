@@ -230,6 +230,8 @@ def cmd_generate(args) -> None:
     import hf_seq  # noqa: F401  (registers the families and the translation pipeline)
     from hf_seq.training.runs import open_run
 
+    if args.prompt_midi is not None or args.output is not None:
+        return generate_music(args)
     if args.prompt is None and args.file is None:
         raise InvalidValueError("give --prompt TEXT or --file FILE (one prompt per line)")
     if args.file is not None and not Path(args.file).is_file():
@@ -240,6 +242,8 @@ def cmd_generate(args) -> None:
     if args.greedy and (args.num_beams not in (None, 1) or args.do_sample):
         raise InvalidValueError("--greedy decodes with one beam and no sampling: drop --num-beams / --do-sample")
     run = open_run(args.folder, accept=("AutoModelForCausalLM", "AutoModelForSeq2SeqLM"))
+    if _is_music(run):
+        raise InvalidValueError(f"{args.folder} is a music model: give --output FILE.mid (and --prompt-midi FILE)")
     if args.seed is not None:
         from transformers import set_seed
 
@@ -259,6 +263,46 @@ def cmd_generate(args) -> None:
         out = generator(prompt, **kwargs)
         key = "translation_text" if config.is_encoder_decoder else "generated_text"
         print(out[0][key])
+
+
+def _is_music(run) -> bool:
+    from hf_seq.data.music import MidiTokTokenizer
+
+    return isinstance(run.tokenizer, MidiTokTokenizer)
+
+
+def generate_music(args) -> None:
+    """A music model's sample written as a MIDI file (`--output`): a continuation of `--prompt-midi`, or a piece
+    started from BOS; the file is read back and its notes counted."""
+    from hf_seq.data.music import sample_midi
+    from hf_seq.training.runs import open_run
+
+    if args.prompt is not None or args.file is not None:
+        raise InvalidValueError("--prompt / --file are text prompts; a music model takes --prompt-midi FILE")
+    if args.output is None or Path(args.output).suffix.lower() not in (".mid", ".midi"):
+        raise InvalidValueError(f"--output: give the MIDI file to write (FILE.mid), got {args.output!r}")
+    if args.prompt_midi is not None and not Path(args.prompt_midi).is_file():
+        raise MissingFileError(f"--prompt-midi {args.prompt_midi} does not exist")
+    run = open_run(args.folder, accept=("AutoModelForCausalLM",))
+    if not _is_music(run):
+        raise InvalidValueError(f"{args.folder} holds no MidiTok tokenizer (not a music model): use --prompt")
+    if args.seed is not None:
+        from transformers import set_seed
+
+        set_seed(args.seed)
+    sampling = dict(do_sample=not args.greedy, num_beams=args.num_beams or 1)
+    if not args.greedy:
+        sampling |= dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    notes, prompt_notes = sample_midi(
+        run.model, run.tokenizer, args.output, args.prompt_midi, args.max_new_tokens or 256, **sampling
+    )
+    start = f"the prompt's {prompt_notes} notes and their continuation" if args.prompt_midi else "a piece"
+    print(f"wrote {args.output}: {start}, {notes} notes in all (read back from the file)")
+    if notes - prompt_notes < args.min_notes:
+        raise InvalidValueError(
+            f"the sample in {args.output} adds {notes - prompt_notes} notes, fewer than --min-notes {args.min_notes}: "
+            "raise --max-new-tokens, or sample again (another --seed)"
+        )
 
 
 def cmd_studio(args) -> None:
@@ -442,19 +486,27 @@ def add_evaluate_parser(commands) -> None:
 
 
 def add_generate_parser(commands) -> None:
-    p = commands.add_parser("generate", help="continue prompts (language models) or translate them (seq2seq)")
+    p = commands.add_parser(
+        "generate", help="continue prompts (language models), translate them (seq2seq), or write music (MIDI)"
+    )
     p.add_argument("folder")
     p.add_argument("--prompt")
     p.add_argument("--file", help="a text file, one prompt per line")
+    p.add_argument("--prompt-midi", help="music models: a MIDI or MusicXML file to continue (default: start a piece)")
+    p.add_argument("--output", help="music models: the MIDI file to write (FILE.mid)")
+    p.add_argument(
+        "--min-notes", type=_at_least(0), default=16, help="music models: fewer new notes than this is an error"
+    )
     p.add_argument(
         "--max-new-tokens",
         type=_at_least(1),
-        help="default: 50 for a language model; for a translation model the folder's rule, a x source tokens + b",
+        help="default: 50 for a language model, 256 for a music model; for a translation model the folder's rule, "
+        "a x source tokens + b",
     )
     p.add_argument("--num-beams", type=_at_least(1), help="default: the folder's generation config (translation: 5)")
     p.add_argument("--length-penalty", type=float, help="beam score = log-probability / length ** this")
     p.add_argument("--greedy", action="store_true", help="one beam, no sampling: the most probable token each step")
-    p.add_argument("--do-sample", action="store_true")
+    p.add_argument("--do-sample", action="store_true", help="sample (music models always sample unless --greedy)")
     p.add_argument("--temperature", type=_number_in(0, float("inf"), "> 0"), default=1.0)
     p.add_argument("--top-k", type=_at_least(0), default=50, help="0: no top-k filtering")
     p.add_argument("--top-p", type=_number_in(0, 1, "in (0, 1]"), default=1.0)

@@ -1,11 +1,13 @@
-"""Data: the embedded corpora and every way text or a series becomes training rows.
+"""Data: the embedded corpora and every way text, a series or a score becomes training rows.
 
 - `corpora`: reading files and Hub datasets, the embedded defaults (the standard library, the gettext catalogs,
   synthetic tasks), held-out splits, packing and batching;
 - `tokenization`: byte-level BPE tokenizers trained with `tokenizers`;
 - `tasks`: the table of tasks (what rows hold, how they are encoded, collated and scored);
 - `streaming`: corpora larger than the disk, packed as the cached path packs them;
-- `series`: real-valued series for forecasting, and the embedded CO2 series."""
+- `series`: real-valued series for forecasting, and the embedded CO2 series;
+- `music`: scores (MIDI, MusicXML, the embedded Bach chorales) split by piece, transposed and tokenized by MidiTok
+  (the optional extra `hf-seq[music]`)."""
 
 from hf_seq.faces import lazy_exports
 
@@ -14,6 +16,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "corpora": [
             "BRACKETS",
+            "CHORALES",
             "DATA_DESCRIPTIONS",
             "EMBEDDED",
             "HEADER_ONLY",
@@ -58,5 +61,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "tokenization": ["train_bpe_tokenizer"],
         "tasks": ["TASKS", "Task", "get_task"],
         "series": ["co2_weekly"],
+        "music": ["MidiTokTokenizer", "read_pieces", "sample_midi", "split_pieces", "transpose"],
     },
 )

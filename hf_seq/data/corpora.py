@@ -23,6 +23,7 @@ from hf_seq.errors import InvalidValueError, MissingFileError
 
 STDLIB = "stdlib"
 CO2 = "co2"  # the embedded weekly Mauna Loa CO2 series (its source and licence: hf_seq.data.series)
+CHORALES = "chorales"  # the Bach chorales music21 ships, read as scores by the music task (hf_seq.data.music)
 
 
 def stdlib_files() -> list[Path]:
@@ -643,6 +644,11 @@ def co2_rows(data=None) -> datasets.Dataset:
     return datasets.Dataset.from_dict({"id": [CO2], "timestamp": [dates], "target": [values]})
 
 
+def scores_only(data) -> datasets.Dataset:
+    """Embedded scores are no rows of text: the music task reads them (hf_seq.data.music)."""
+    raise InvalidValueError(f"data.dataset: {data.dataset!r} holds scores (MIDI), not rows: use it with task: music")
+
+
 @dataclass(frozen=True)
 class EmbeddedData:
     """Data that needs no download, named by a recipe's `data.dataset`. `load(data)` builds its rows from the
@@ -692,6 +698,12 @@ EMBEDDED_DATA = {
             "the weekly mean CO2 concentration at Mauna Loa, 1958-2001 (Scripps; public domain), shipped in hf-seq",
             co2_rows,
             series=True,
+        ),
+        EmbeddedData(
+            CHORALES,
+            "the Bach chorales shipped with music21 (the 371 four-part chorales of its chorale iterator, 350 distinct "
+            "scores; public domain), converted to MIDI by music21",
+            scores_only,
         ),
     )
 }

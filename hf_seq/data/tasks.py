@@ -25,6 +25,7 @@ from transformers import (
 )
 
 from hf_seq.data import corpora as data_lib
+from hf_seq.data import music as music_lib
 from hf_seq.data import series as series_lib
 from hf_seq.data import streaming
 from hf_seq.errors import MissingFileError
@@ -164,6 +165,10 @@ def _series_collator(recipe, tokenizer, model, seed=None):
     return SeriesCollator()
 
 
+def _music_collator(recipe, tokenizer, model, seed=None):
+    return music_lib.MusicCollator(tokenizer.pad_token_id)
+
+
 # ---------------------------------------------------------------------------------------------- scoring
 def _score_language_model(task, recipe, model, tokenizer, encoded, rows, device, prefix):
     collator = task.collator(recipe, tokenizer, model, seed=recipe.training.seed)  # the same masks every time
@@ -186,6 +191,16 @@ def _score_seq2seq(task, recipe, model, tokenizer, encoded, rows, device, prefix
     hypotheses = translate(model, tokenizer, list(rows["source"]), recipe, device)
     scores = evaluation.translation_metrics(hypotheses, list(rows["target"]), list(rows["source"]))
     return metrics | {f"{prefix}_{k}": v for k, v in scores.items()} | decoding(recipe)
+
+
+def _score_music(task, recipe, model, tokenizer, encoded, rows, device, prefix):
+    """Held-out pieces, each scored whole (windows that predict each token once): the NLL per token, its perplexity,
+    and bits per note, the pieces' total NLL in bits over their notes (counted in the scores, not the tokens)."""
+    collator = task.collator(recipe, tokenizer, model)
+    nll, tokens, _ = evaluation.language_model_nll(
+        model, encoded, collator, recipe.training.batch_size, device, shift_labels=task.shift_labels
+    )
+    return evaluation.note_metrics(nll, tokens, sum(encoded["notes"]), prefix)
 
 
 def _score_series(task, recipe, model, tokenizer, encoded, rows, device, prefix):
@@ -346,6 +361,9 @@ class Task:
     # real values, no tokenizer: recipe -> (encoded train / validation / test splits, notes), in place of reading
     # rows and encoding them; a "token" of the budgets and counts is a value predicted
     series: Callable | None = None
+    # scores with a tokenizer of their own (MidiTok): (recipe, tokenizer, folder, is_main, wait, main_first) ->
+    # (tokenizer, encoded train / validation / test splits, notes), in place of reading rows and training a BPE tokenizer
+    music: Callable | None = None
 
     def tokenizer_texts(self, rows: datasets.Dataset):
         """The texts a tokenizer is trained on: every text column of the rows."""
@@ -488,6 +506,20 @@ TASKS: dict[str, Task] = {
             tags=("time-series-forecasting",),
             series=series_lib.prepare_series,
         ),
+        Task(
+            "music",
+            "AutoModelForCausalLM",
+            "train",
+            {},
+            None,
+            _music_collator,
+            _score_music,
+            "text-generation",
+            tokenizer_style="miditok",
+            shift_labels=True,
+            tags=("music", "midi", "symbolic-music"),
+            music=music_lib.prepare_music,
+        ),
     )
 }
 
@@ -590,6 +622,8 @@ def prepare(
     task = get_task(recipe.task)
     if task.series:
         return _prepare_series(recipe, task)
+    if task.music:
+        return _prepare_music(recipe, task, tokenizer, tokenizer_folder, is_main, wait, main_first)
     columns = {name: getattr(recipe.data, key) for name, key in task.columns.items()}
     stream = recipe.data.streaming
     with main_first() if main_first else contextlib.nullcontext():  # the main process fills the datasets cache
@@ -662,6 +696,17 @@ def _prepare_series(recipe, task: Task) -> Prepared:
             windows = windows.select(range(cap))
         prepared.notes[f"{prefix}_examples"] = len(windows)
         prepared.held_out[prefix], prepared.held_out_rows[prefix] = windows, windows
+    return prepared
+
+
+def _prepare_music(recipe, task: Task, tokenizer, folder, is_main, wait, main_first) -> Prepared:
+    """A music task's data: the pieces read, split and tokenized by the task (hf_seq.data.music)."""
+    tokenizer, encoded, notes = task.music(recipe, tokenizer, folder, is_main, wait, main_first)
+    prepared = Prepared(task, tokenizer, train=encoded["train"], notes=notes)
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if split in encoded:
+            prepared.held_out[prefix], prepared.held_out_rows[prefix] = encoded[split], None
+            prepared.notes[f"{prefix}_examples"] = len(encoded[split])
     return prepared
 
 

@@ -1,5 +1,5 @@
 """Evaluation: one set of numbers for training, `hf-seq evaluate`, cards and the experiments. It scores what it
-is handed: language-model loss, perplexity and bits per byte, BLEU and repetition, classification (`metrics`), and
+is handed: language-model loss, perplexity and bits per byte (bits per note for music), BLEU and repetition, classification (`metrics`), and
 the forecasting metrics (`forecasting`)."""
 
 from hf_seq.faces import lazy_exports
@@ -16,7 +16,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "corpus_bleu",
             "entity_spans",
             "evaluate_language_model",
+            "language_model_nll",
             "lm_metrics",
+            "note_metrics",
             "repeats_back_to_back",
             "token_byte_lengths",
             "token_classification_metrics",

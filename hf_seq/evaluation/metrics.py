@@ -230,12 +230,23 @@ def evaluate_language_model(
     """Score a tokenized dataset with `labels` (-100 = not predicted): the NLL of each predicted token under the
     model's logits, without label smoothing. `shift_labels`: position t predicts labels[t + 1] (causal LMs);
     otherwise labels[t] (masked LMs, and seq2seq models, whose decoder inputs are the labels shifted right)."""
+    nll, tokens, num_bytes = language_model_nll(
+        model, dataset, collator, batch_size, device, byte_lengths, shift_labels
+    )
+    return lm_metrics(nll, tokens, num_bytes, prefix)
+
+
+def language_model_nll(
+    model, dataset, collator, batch_size: int, device, byte_lengths=None, shift_labels: bool = True
+) -> tuple[float, int, int]:
+    """(total NLL in nats, predicted tokens, the bytes they stand for) of a tokenized dataset, as
+    `evaluate_language_model` scores it; `byte_lengths` None: no bytes counted (0)."""
     import torch
     import torch.nn.functional as F
 
     was_training = model.training
     model.eval()
-    byte_lengths = byte_lengths.to(device)
+    byte_lengths = byte_lengths.to(device) if byte_lengths is not None else None
     nll, tokens, num_bytes = 0.0, 0, 0
     with torch.no_grad():
         for start in range(0, len(dataset), batch_size):
@@ -251,14 +262,34 @@ def evaluate_language_model(
             targets = labels[kept]
             nll += F.cross_entropy(logits[kept], targets, reduction="sum").item()
             tokens += int(targets.numel())
-            num_bytes += int(byte_lengths[targets].sum())
+            num_bytes += int(byte_lengths[targets].sum()) if byte_lengths is not None else 0
     model.train(was_training)
-    return lm_metrics(nll, tokens, num_bytes, prefix)
+    return nll, tokens, num_bytes
+
+
+def note_metrics(nll_nats: float, tokens: int, notes: int, prefix: str = "eval") -> dict[str, float]:
+    """The figures of scored music, from its total NLL (nats, summed over `tokens` predicted tokens that encode
+    `notes` notes): `{prefix}_loss` (mean NLL per token, nats), its perplexity, `{prefix}_bits_per_note` (total NLL in
+    bits / notes: like bits per byte for text, a figure that does not depend on the tokenization), and the counts."""
+    if tokens <= 0 or notes <= 0:
+        raise ValueError(
+            f"note_metrics: nothing was scored (tokens={tokens}, notes={notes}); the held-out set is empty"
+        )
+    loss = nll_nats / tokens
+    return {
+        f"{prefix}_loss": loss,
+        f"{prefix}_perplexity": math.exp(min(loss, 700.0)),
+        f"{prefix}_bits_per_note": nll_nats / math.log(2) / notes,
+        f"{prefix}_tokens": int(tokens),
+        f"{prefix}_notes": int(notes),
+    }
 
 
 __all__ = [
     "evaluate_language_model",
+    "language_model_nll",
     "lm_metrics",
+    "note_metrics",
     "token_byte_lengths",
     "bleu_metrics",
     "classification_metrics",

@@ -27,6 +27,7 @@ METRIC_NAMES = {  # the names metrics.json uses -> (model-index type, what the c
     for prefix, split in (("eval", "validation"), ("test", "test"))
     for key, kind, label in (
         ("bits_per_byte", "bits_per_byte", "Bits per byte"),
+        ("bits_per_note", "bits_per_note", "Bits per note"),
         ("perplexity", "perplexity", "Perplexity per token"),
         ("loss", "loss", "NLL per token (nats, no label smoothing)"),
         ("bleu", "bleu", "BLEU (sacrebleu)"),
@@ -163,6 +164,9 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
     metadata = card_metadata(config, auto_class, recipe, repo_id, dataset, hub_datasets, measured)
 
     forecaster = getattr(config, "prediction_length", None) is not None
+    from hf_seq.data.music import holds_tokenizer
+
+    scores = holds_tokenizer(folder)  # a music model: its tokenizer is MidiTok's
     if recipe and forecaster:  # what a forecaster's run read: no tokenizer, and of the data keys the series' own
         recipe = {k: v for k, v in recipe.items() if k != "tokenizer"}
         recipe["data"] = {k: v for k, v in recipe.get("data", {}).items() if k in SERIES_DATA_KEYS}
@@ -196,9 +200,9 @@ def write_card(folder, recipe: dict | None = None, metrics: dict | None = None, 
         auto_class=auto_class,
         repo_id=repo_id,
         # a forecaster reads values: it has no tokenizer
-        tokenizer_import="" if forecaster else ", AutoTokenizer",
-        tokenizer_line="" if forecaster else f'\ntokenizer = AutoTokenizer.from_pretrained("{repo_id}")',
-        usage=usage_example(metadata["pipeline_tag"], repo_id),
+        tokenizer_import="" if forecaster or scores else ", AutoTokenizer",
+        tokenizer_line=tokenizer_line(repo_id, forecaster, scores),
+        usage=usage_example("music" if scores else metadata["pipeline_tag"], repo_id),
         limitations=limitations,
     )
     path = folder / "README.md"
@@ -277,11 +281,12 @@ def describe_evaluation(metrics: dict | None, measured: dict) -> str:
             what = (
                 f"{scored} of {total} examples (capped by `data.eval_examples`)" if total else f"all {scored} examples"
             )
-            counted = (
-                f", {metrics[f'{prefix}_tokens']:,} tokens, {metrics[f'{prefix}_bytes']:,} bytes"
-                if f"{prefix}_tokens" in metrics
-                else ""
-            )
+            units = [
+                (key, metrics[f"{prefix}_{key}"])
+                for key in ("tokens", "bytes", "notes")
+                if f"{prefix}_{key}" in metrics
+            ]
+            counted = "".join(f", {count:,} {key}" for key, count in units)
             extra += f" The {split} figures score {what}{counted}."
     if metrics.get("eval_bleu_signature"):
         extra += " " + describe_decoding(metrics)
@@ -290,6 +295,11 @@ def describe_evaluation(metrics: dict | None, measured: dict) -> str:
             " Bits per byte is the total NLL in bits over the UTF-8 bytes of the scored text: it compares models with"
             " different tokenizers."
         )
+    if "eval_bits_per_note" in (metrics or {}):
+        extra += (
+            " Bits per note is the total NLL in bits of the held-out pieces over their notes (counted in the scores, "
+            "not the tokens): it compares models with different tokenizations."
+        )
     return "| metric | value |\n|---|---|\n" + "\n".join(rows) + extra
 
 
@@ -297,8 +307,18 @@ USAGE = {  # pipeline tag -> how to use a model of that tag ({r}: the repo id)
     "text-generation": 'from transformers import pipeline\n\nprint(pipeline("text-generation", model="{r}", trust_remote_code=True)("def ", max_new_tokens=20))',
     "fill-mask": 'from transformers import pipeline\n\nprint(pipeline("fill-mask", model="{r}", trust_remote_code=True)("import [MASK]"))',
     "translation": 'import hf_seq  # registers the translation pipeline (transformers 5 removed its own)\nfrom transformers import pipeline\n\nprint(pipeline("translation", model="{r}")("Open file"))',
+    "music": 'import miditok\nimport torch\nfrom transformers import AutoModelForCausalLM\n\nmodel = AutoModelForCausalLM.from_pretrained("{r}", trust_remote_code=True).eval()\ntokenizer = miditok.MusicTokenizer.from_pretrained("{r}")\nbos, eos = tokenizer["BOS_None"], tokenizer["EOS_None"]\nids = model.generate(torch.tensor([[bos]]), do_sample=True, max_new_tokens=256, eos_token_id=eos)[0].tolist()\nids = ids[: ids.index(eos)] if eos in ids else ids\ntokenizer.decode([i for i in ids if i not in tokenizer.special_tokens_ids]).dump_midi("sample.mid")\n# with hf-seq: hf-seq generate {r} --output sample.mid',
     "time-series-forecasting": 'import torch\nfrom transformers import AutoModelForTimeSeriesPrediction\n\nmodel = AutoModelForTimeSeriesPrediction.from_pretrained("{r}", trust_remote_code=True).eval()\npast = torch.randn(1, model.past_length).cumsum(1)  # your series: its last past_length values, NaN where missing\npaths = model.generate(past_values=past).sequences  # (1, num_parallel_samples, prediction_length)\nprint(paths.median(1).values)  # the point forecast',
 }
+
+
+def tokenizer_line(repo_id: str, forecaster: bool, scores: bool) -> str:
+    """How the card's loading example reads the tokenizer: none for a forecaster, MidiTok's for a music model."""
+    if forecaster:
+        return ""
+    if scores:
+        return f'\n\nimport miditok  # the tokenizer is MidiTok\'s (pip install miditok)\n\ntokenizer = miditok.MusicTokenizer.from_pretrained("{repo_id}")'
+    return f'\ntokenizer = AutoTokenizer.from_pretrained("{repo_id}")'
 
 
 def usage_example(pipeline_tag: str, repo_id: str) -> str:

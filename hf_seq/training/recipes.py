@@ -70,6 +70,8 @@ class DataRecipe:
     timestamp_column: str | None = None
     test_windows: int = 1
     season: int = 1
+    # music (hf_seq.data.music): each training piece again transposed by each of these semitone shifts (augmentation)
+    transpose: list[int] | None = None
 
 
 DEFAULT_MAX_STEPS = 400  # the budget of a recipe that gives neither training.max_steps nor training.max_seconds

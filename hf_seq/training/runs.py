@@ -160,14 +160,23 @@ def _saved_model(source: str, accept):
 
 
 def _saved_tokenizer(source: str, local: bool):
-    """The run's tokenizer; None where it has none (a model of real values)."""
+    """The run's tokenizer: a transformers tokenizer, or a MidiTok one (the music task: `music.MidiTokTokenizer`);
+    None where it has none (a model of real values)."""
     from transformers import AutoTokenizer
 
+    from hf_seq.data import music
+
     if local:
-        return AutoTokenizer.from_pretrained(source) if (Path(source) / "tokenizer_config.json").is_file() else None
+        if (Path(source) / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(source)
+        return music.MidiTokTokenizer.from_pretrained(source) if music.holds_tokenizer(source) else None
     try:
         return AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError):  # a Hub model of real values has no tokenizer files
+    except (OSError, ValueError):  # a Hub model of real values has no tokenizer files; a MidiTok one, its own
+        pass
+    try:
+        return music.MidiTokTokenizer.from_pretrained(source)
+    except Exception:  # noqa: BLE001  (no MidiTok tokenizer there, or MidiTok not installed)
         return None
 
 
