@@ -31,6 +31,7 @@ EXPERIMENTS = {
     "selective_copying": "Selective Copying (Gu and Dao 2023): S4D, Mamba, GPT, LSTM, WaveNet of equal size",
     "induction_heads": "Induction Heads (Gu and Dao 2023): S4D, Mamba, GPT, LSTM, WaveNet at 1x-16x the trained length",
     "duality": "Mamba-2's recurrence, attention and chunked forms (Dao and Gu 2024): same outputs, cost against length",
+    "chung": "tanh RNN, GRU, LSTM of equal size on the Bach chorales (Chung et al. 2014): bits per note, seeds",
 }
 
 
