@@ -71,6 +71,7 @@ TOOLS = {
     "hf_seq.data.series": "Series for the time_series task: reading, splits in time, training windows, the CO2 series",
     "hf_seq.studio.tokens": "The studio's views: what the models predict, token by token",
     "hf_seq.studio.inside": "The studio's views: the models' states, gates, attention and scans",
+    "hf_seq.studio.music": "The studio's music view: piano rolls, each note's surprisal, a synthesiser",
     "hf_seq.data.tokenization": "Tokenizers",
     "hf_seq.evaluation.metrics": "Evaluation",
     "hf_seq.convert": "Conversion to and from transformers",

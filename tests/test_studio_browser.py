@@ -2,8 +2,12 @@
 sentence, open every view, and check that each plot loaded, the token strip holds the text's tokens, the console
 stayed clean and no request left 127.0.0.1.
 
+The Music tab shows a tiny music run trained by the test (where the music extra is installed): draw a sample, find
+the audio element playing it and the piano roll, then the surprisal roll of a held-out piece.
+
 The documentation's screenshots come from this test: `HF_SEQ_STUDIO_SCREENSHOTS=docs/studio` writes one per view
-there, and `HF_SEQ_STUDIO_DEMO=1` shows the `--demo` models (trained for a minute) instead of untrained tiny ones.
+there, `HF_SEQ_STUDIO_DEMO=1` shows the `--demo` models (trained for a minute) instead of untrained tiny ones, and
+`HF_SEQ_STUDIO_MUSIC=RUN_DIR` a music run folder (`hf-seq train lstm-chorales-tiny`) in the Music tab.
 """
 
 import json
@@ -49,7 +53,24 @@ STRIP = VISIBLE % '[data-testid="highlighted-text"] .text' + ".map(e => e.textCo
 
 
 @pytest.fixture(scope="module")
-def studio(models):  # noqa: F811
+def music_models(tmp_path_factory) -> list:
+    """The music run the Music tab shows (HF_SEQ_STUDIO_MUSIC's, or a tiny one), or none without the music extra."""
+    try:
+        import miditok  # noqa: F401
+        import symusic  # noqa: F401
+    except ImportError:
+        return []
+    if os.environ.get("HF_SEQ_STUDIO_MUSIC"):
+        from hf_seq.studio.app import load
+
+        return [load(os.environ["HF_SEQ_STUDIO_MUSIC"])]
+    from tests.test_studio_music import tiny_music_run
+
+    return [tiny_music_run(tmp_path_factory)[0]]
+
+
+@pytest.fixture(scope="module")
+def studio(models, music_models):  # noqa: F811
     from hf_seq.studio.app import OFFLINE, build
 
     os.environ.update(OFFLINE)
@@ -57,6 +78,7 @@ def studio(models):  # noqa: F811
         from hf_seq.studio.demo import demo_models
 
         models = demo_models(say=lambda *a: None)
+    models = [*models, *music_models]
     app = build(models)
     _, url, _ = app.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, ssr_mode=False)
     yield url, models
@@ -97,10 +119,15 @@ class Page:
             time.sleep(0.2)
         raise TimeoutError(f"waited {timeout} s for {what}")
 
-    def screenshot(self, path: Path):
+    def screenshot(self, path: Path, whole: bool = False):
+        """The window, or with `whole` the whole page (as tall as its content)."""
         import base64
 
-        data = self.browser.send("Page.captureScreenshot", self.session, format="png")["data"]
+        clip = {}
+        if whole:
+            height = self.js("document.documentElement.scrollHeight")
+            clip = dict(clip={"x": 0, "y": 0, "width": 1400, "height": height, "scale": 1}, captureBeyondViewport=True)
+        data = self.browser.send("Page.captureScreenshot", self.session, format="png", **clip)["data"]
         path.write_bytes(base64.b64decode(data))
 
     def problems(self, origin: str) -> list[str]:
@@ -147,10 +174,38 @@ def test_every_view_in_a_browser(studio, tmp_path):
                 first = next(m for m in shown_models if m.kind in view_kinds("language_model"))  # the menu's first
                 assert shown == tokens.surprisal(first, text)["tokens"]
             page.screenshot(shots / f"{inner}.png")
+        music = any(m.task == "music" for m in shown_models)
+        if music:
+            music_view(page, url, shots)
         assert page.problems(url.rstrip("/")) == []
     finally:
         browser.close()
-    assert len(list(shots.glob("*.png"))) == len(VIEWS)
+    assert len(list(shots.glob("*.png"))) == len(VIEWS) + music
+
+
+# Gradio's player: an <audio> element (data-testid audio-player-<label>) beside a waveform that fetches the file
+AUDIO = "[...document.querySelectorAll('audio[data-testid^=\"audio-player\"]')].length"
+WAV = "performance.getEntriesByType('resource').map(e => e.name).filter(name => name.endsWith('.wav'))"
+
+
+def music_view(page: Page, url: str, shots: Path) -> None:
+    """The Music tab: Sample draws the piano roll and gives the audio player the sample's sound (a WAV file the page
+    serves); Show surprisal draws the held-out piece coloured by bits."""
+    import urllib.request
+
+    page.js(CLICK_TAB % "music")
+    page.until(VISIBLE % "button" + ".some(b => b.textContent.trim() === 'Sample')", "the Sample button")
+    page.js(VISIBLE % "button" + ".find(b => b.textContent.trim() === 'Sample').click()")
+    roll = page.until(f"(() => {{ const now = {PLOT}; return now.length && now; }})()", "the sample's piano roll")
+    assert roll[0][0] > 100, roll
+    assert page.until(AUDIO, "the audio element") == 1
+    sources = page.until(f"{WAV}.length && {WAV}", "the waveform to fetch the sound")
+    assert all(src.startswith(url.rstrip("/")) for src in sources), sources  # the sound is served by the page
+    assert urllib.request.urlopen(sources[0]).read(4) == b"RIFF"  # a WAV file
+    page.js(VISIBLE % "button" + ".find(b => b.textContent.trim() === 'Show surprisal').click()")
+    rolls = page.until(f"(() => {{ const now = {PLOT}; return now.length == 2 && now; }})()", "the surprisal roll")
+    assert rolls[1][0] > 100, rolls
+    page.screenshot(shots / "music.png", whole=True)
 
 
 def test_the_check_fails_on_a_request_outside(studio, tmp_path):

@@ -11,9 +11,10 @@ import tempfile
 from pathlib import Path
 
 from hf_seq.baselines.ngram import KneserNeyLM
-from hf_seq.errors import InvalidValueError, MissingFileError
+from hf_seq.data.music import MidiTokTokenizer
+from hf_seq.errors import InvalidValueError, MissingFileError, UserError
 from hf_seq.studio import inside, tokens
-from hf_seq.studio.views import LANGUAGE_MODEL, MAX_TOKENS, NGRAM, Loaded, save_png, to_csv, view_kinds
+from hf_seq.studio.views import LANGUAGE_MODEL, MAX_TOKENS, MUSIC, NGRAM, Loaded, reads, save_png, to_csv
 from hf_seq.training.runs import check_run_folder, open_run
 
 OFFLINE = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "localhost,127.0.0.1",
@@ -27,12 +28,34 @@ LINEAGE = "lineage.json"  # what a lineage run's output folder holds beside its 
 
 def load(source) -> Loaded:
     """A run folder (or a Hub name) as the studio shows it, opened as every command opens one (`open_run`: checksums
-    verified, the class it was saved as, its tokenizer); a saved n-gram (a lineage's n-gram member) as its counts."""
+    verified, the class it was saved as, its tokenizer); a saved n-gram (a lineage's n-gram member) as its counts; a
+    music run (`music_recipe`) as a model the music view reads, with its recipe."""
     run = open_run(source, accept=SHOWN)
     name = Path(source).name if Path(source).exists() else str(source)
     if isinstance(run.model, KneserNeyLM):
         return Loaded(name, None, run.tokenizer, ngram=run.model)
+    is_music, recipe = music_recipe(source, run.tokenizer)
+    if is_music:
+        return Loaded(name, run.model, run.tokenizer, task=MUSIC, extra={"recipe": recipe})
     return Loaded(name, run.model, run.tokenizer)
+
+
+def music_recipe(source, tokenizer) -> tuple[bool, object | None]:
+    """(whether the run trained for the music task, its recipe): as its recipe.json says (`task: music`), or for a
+    folder without one (a Hub model) where its tokenizer is MidiTok's; the recipe None where there is none or it no
+    longer reads (the music view then scores uploaded files only)."""
+    from hf_seq.training.recipes import load_recipe
+
+    record = Path(source) / "recipe.json"
+    if not record.is_file():
+        return isinstance(tokenizer, MidiTokTokenizer), None
+    tree = json.loads(record.read_text())
+    if tree.get("task") != MUSIC:
+        return False, None
+    try:
+        return True, load_recipe(tree)
+    except UserError:
+        return True, None
 
 
 def run_folders(source: str) -> list[Path | str]:
@@ -59,8 +82,7 @@ def run_folders(source: str) -> list[Path | str]:
 
 
 def _names(models: list[Loaded], view: str) -> list[str]:
-    kinds = view_kinds(view)
-    return [m.name for m in models if m.kind in kinds]
+    return [m.name for m in models if reads(view, m)]
 
 
 def build(models: list[Loaded]):
@@ -129,6 +151,8 @@ def build(models: list[Loaded]):
                 with gr.Tabs():
                     for tab in inside_tabs(models, pick):
                         plot_tab(**tab)
+            if _names(models, MUSIC):
+                music_tab(models, pick, folder)
     app.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     return app
 
@@ -172,10 +196,106 @@ def lineage_tab(models: list[Loaded], text, checked, shown) -> None:
         plot = gr.Plot(label="bits per token, one row per model")
         with gr.Row():
             png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
-        strip_models = [m for m in models if m.kind in view_kinds(LANGUAGE_MODEL)]
+        strip_models = [m for m in models if reads(LANGUAGE_MODEL, m)]
         button.click(lambda value: shown("lineage", tokens.lineage_strip(strip_models, checked(value)),
                                          tokens.figure_lineage_strip), [text], [plot, png, csv],
                      api_name="lineage")  # fmt: skip
+
+
+MUSIC_FILES = [".mid", ".midi", ".xml", ".musicxml", ".mxl", ".krn"]
+SURPRISAL_CAPTION = ("Each note's bits: the sum of the NLL of the tokens that make it (the tokens that place it, its "
+                     "pitch, its velocity and duration; a BPE token shared equally among the notes it holds), so the "
+                     "notes add up to the piece's total NLL, and bits per note is that total over the notes, as "
+                     "`hf-seq evaluate` scores held-out pieces.")  # fmt: skip
+
+
+def music_tab(models: list[Loaded], pick, folder: Path) -> None:
+    """The Music tab (the models of music runs): a sample as a piano roll (the prompt, the first beats of a held-out
+    piece, in one colour, the continuation in another) and as sound; the surprisal of each note of a piece."""
+    import gradio as gr
+
+    from hf_seq.studio import music
+
+    names = _names(models, MUSIC)
+    pieces = {m.name: music.held_out_pieces(m) for m in models if m.name in names}
+    sample, surprisal = music_actions(pick, pieces, folder)
+    with gr.Tab("Music", id="music"):
+        with gr.Row():
+            model = gr.Dropdown(names, value=names[0], label="model")
+            first = [p.name for p in pieces[names[0]]]
+            piece = gr.Dropdown(first, value=(first or [None])[0], label="held-out piece (the run's test split)")
+            upload = gr.File(label="or a piece of your own (MIDI, MusicXML)", file_types=MUSIC_FILES, type="filepath",
+                             height=140)  # fmt: skip
+        with gr.Row():
+            beats = gr.Number(8, label="prompt: the piece's first beats (0: none)")
+            length = gr.Number(256, precision=0, label="length (new tokens)")
+            seed = gr.Number(0, precision=0, label="seed")
+            temperature = gr.Slider(0.1, 2.0, value=1.0, label="temperature")
+        sample_button = gr.Button("Sample", variant="primary")
+        roll = gr.Plot(label="the sample: prompt (blue) and continuation (orange)")
+        audio = gr.Audio(label="the sample", type="filepath", interactive=False)
+        with gr.Row(equal_height=True):
+            said = gr.Markdown()
+            midi = gr.DownloadButton("MIDI", scale=0)
+        score_button = gr.Button("Show surprisal", variant="primary")
+        gr.Markdown(SURPRISAL_CAPTION)
+        plot = gr.Plot(label="surprisal per note")
+        with gr.Row():
+            png, csv = gr.DownloadButton("PNG"), gr.DownloadButton("CSV")
+        model.change(lambda name: gr.Dropdown([p.name for p in pieces[name]]), model, piece)
+        sample_button.click(sample, [model, piece, upload, beats, length, seed, temperature],
+                            [roll, audio, said, midi], api_name="music_sample")  # fmt: skip
+        score_button.click(surprisal, [model, piece, upload], [plot, png, csv], api_name="music_surprisal")
+
+
+def music_actions(pick, pieces: dict, folder: Path):
+    """The Music tab's two events: (sample, surprisal); a file that is not music, or a prompt without notes, is said
+    on the page in the command's one line."""
+    import functools
+
+    import gradio as gr
+
+    def plainly(event):
+        @functools.wraps(event)
+        def said(*args):
+            try:
+                return event(*args)
+            except UserError as error:
+                raise gr.Error(str(error)) from None
+
+        return said
+
+    from hf_seq.data.music import read_score
+    from hf_seq.studio import music
+
+    def chosen(name: str, piece_name, uploaded):
+        """(the score, its name): the uploaded file, else the held-out piece chosen; (None, None) for neither."""
+        if uploaded:
+            return read_score(uploaded, "the uploaded file"), Path(uploaded).name
+        found = [p for p in pieces.get(name, []) if p.name == piece_name]
+        return (found[0].score, found[0].name) if found else (None, None)
+
+    def sample(name, piece_name, uploaded, beats, length, seed, temperature):
+        score, _ = chosen(name, piece_name, uploaded)
+        result = music.sample(pick(name), score, float(beats or 0), int(length or 1), int(seed or 0), temperature)
+        wav, mid = folder / "music_sample.wav", folder / "music_sample.mid"
+        mid.write_bytes(result["midi"])
+        synth = music.render_audio(result, result["midi"], wav)
+        said = f"{len(result['pitch'])} notes, {result['end'].max() if len(result['end']) else 0:.1f} s; sound: {synth}"
+        return music.figure_piano_roll(result), str(wav), said, str(mid)
+
+    def surprisal(name, piece_name, uploaded):
+        score, title = chosen(name, piece_name, uploaded)
+        if score is None:
+            raise gr.Error("choose a held-out piece or upload a MIDI file")
+        result = music.note_surprisal(pick(name), score, title)
+        figure = music.figure_piano_roll(result)
+        png, csv = folder / "music_surprisal.png", folder / "music_surprisal.csv"
+        save_png(figure, png)
+        csv.write_text(music.surprisal_csv(result))
+        return figure, str(png), str(csv)
+
+    return plainly(sample), plainly(surprisal)
 
 
 def prediction_tabs(models: list[Loaded], pick) -> list[dict]:

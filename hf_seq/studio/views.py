@@ -12,6 +12,9 @@ NGRAM = "ngram"  # the kind of the Kneser-Ney n-gram (hf_seq.baselines.ngram), t
 # The views every causal language model answers (surprisal, the lineage strip, two models, context reach, sampling):
 # the families with an AutoModelForCausalLM, and the n-gram.
 LANGUAGE_MODEL = "language_model"
+# The music view (music.py): the causal language models of a music run (`Loaded.task`), whose tokens are notes; they
+# are offered there only, and the text views offer every other model.
+MUSIC = "music"
 
 
 def view_kinds(view: str) -> tuple[str, ...]:
@@ -20,15 +23,24 @@ def view_kinds(view: str) -> tuple[str, ...]:
     whose `Family.studio_views` name it."""
     from hf_seq.registry import FAMILIES
 
+    causal = tuple(kind for fam in FAMILIES if "AutoModelForCausalLM" in fam.models for kind in fam.kinds)
     if view == LANGUAGE_MODEL:
-        return (*(kind for fam in FAMILIES if "AutoModelForCausalLM" in fam.models for kind in fam.kinds), NGRAM)
+        return (*causal, NGRAM)
+    if view == MUSIC:
+        return causal
     if view == NGRAM:
         return (NGRAM,)
     kinds = tuple(kind for fam in FAMILIES for kind, views in fam.studio_views.items() if view in views)
     if not kinds:
         named = sorted({v for fam in FAMILIES for views in fam.studio_views.values() for v in views})
-        raise ValueError(f"view={view!r} is read by no family; views: {[LANGUAGE_MODEL, NGRAM, *named]}")
+        raise ValueError(f"view={view!r} is read by no family; views: {[LANGUAGE_MODEL, NGRAM, MUSIC, *named]}")
     return kinds
+
+
+def reads(view: str, loaded: "Loaded") -> bool:
+    """Whether the studio's `view` reads `loaded`: its kind is one `view_kinds(view)` names, and the music view reads
+    the models of music runs while every other view reads the others."""
+    return loaded.kind in view_kinds(view) and (loaded.task == MUSIC) == (view == MUSIC)
 
 
 @dataclass
@@ -37,7 +49,9 @@ class Loaded:
     tokenizer, and for the n-gram its counts (`hf_seq.baselines.ngram.KneserNeyLM`). `kind` says which views read it
     (`view_kinds`): taken from the model's config through the registry (`Family.kind_of`: the family's name, or for
     the ssm family `mamba` or `s4d`), `ngram` for the n-gram. A family's name given as `kind` is taken as the kind
-    its config names; any other kind that is not the config's is refused."""
+    its config names; any other kind that is not the config's is refused. `task`: the task the run trained for, where
+    it matters to the studio (`music`: the model reads notes, shown by the music view only; `extra["recipe"]` is then
+    its recipe, for its held-out pieces and its window)."""
 
     name: str
     model: object | None
@@ -45,6 +59,7 @@ class Loaded:
     kind: str | None = None
     ngram: object | None = None
     extra: dict = field(default_factory=dict)
+    task: str | None = None
 
     view_kinds = staticmethod(view_kinds)  # so the view modules, which hold `Loaded`, ask it where they check a kind
 
