@@ -35,7 +35,8 @@ def test_the_run_returns_the_selected_model_its_evaluations_and_summary(tmp_path
 
     assert isinstance(result, RunResult) and result.folder == tmp_path / "run"
     metrics = json.loads((result.folder / "metrics.json").read_text())
-    assert result.evaluations == metrics.pop("evaluations") and result.summary == metrics
+    evaluations, rates = metrics.pop("evaluations"), metrics.pop("learning_rates")  # the history beside the summary
+    assert result.evaluations == evaluations and result.summary == metrics and len(rates) == result.summary["steps"]
     assert result["eval_loss"] == metrics["eval_loss"]  # it still reads as the summary dict it replaced
     losses = {e["step"]: e["eval_loss"] for e in result.evaluations}
     assert result.summary["best_step"] == min(losses, key=losses.get) < max(losses), losses

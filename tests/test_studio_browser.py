@@ -174,7 +174,7 @@ def test_every_view_in_a_browser(studio, tmp_path):
                 first = next(m for m in shown_models if m.kind in view_kinds("language_model"))  # the menu's first
                 assert shown == tokens.surprisal(first, text)["tokens"]
             page.screenshot(shots / f"{inner}.png")
-        music = any(m.task == "music" for m in shown_models)
+        music = any(m.music for m in shown_models)
         if music:
             music_view(page, url, shots)
         assert page.problems(url.rstrip("/")) == []

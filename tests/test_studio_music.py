@@ -102,7 +102,7 @@ def tiny_music_run(tmp_path_factory) -> tuple:
     }  # fmt: skip
     recipe = load_recipe(tree)
     result = run(recipe, progress=False)
-    loaded = Loaded("lstm-music", result.model, result.tokenizer, task="music", extra={"recipe": recipe})
+    loaded = Loaded("lstm-music", result.model, result.tokenizer, music=True, extra={"recipe": recipe})
     return loaded, recipe, folder / "run", held
 
 
@@ -164,7 +164,7 @@ def test_a_music_run_opens_in_the_music_tab_only(trained):
 
     _, _, folder, held = trained
     loaded = load(folder)
-    assert loaded.task == MUSIC and loaded.extra["recipe"].data.block_size == 40
+    assert loaded.music and loaded.extra["recipe"].data.block_size == 40
     assert _names([loaded], MUSIC) == ["run"] and _names([loaded], LANGUAGE_MODEL) == []
     assert [p.name for p in music.held_out_pieces(loaded)] == [str(held / "test.mid")]  # the run's test split
 

@@ -524,6 +524,12 @@ TASKS: dict[str, Task] = {
 }
 
 
+def reads_music(name: str | None) -> bool:
+    """Whether the task `name` (a recipe's `task`; None or an unknown name: no) reads music with a tokenizer of its own,
+    whose tokens are notes (`Task.music`)."""
+    return name in TASKS and TASKS[name].music is not None
+
+
 def get_task(name: str) -> Task:
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}; known: {list(TASKS)}")

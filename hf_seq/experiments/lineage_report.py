@@ -87,6 +87,16 @@ def why_chosen(record: dict) -> str:
     )
 
 
+def regret_cell(record: dict, label: str) -> str:
+    """One cell of the regret table: the size and its validation loss (half, chosen or twice)."""
+    chosen = record["non_embedding_params"]
+    n = chosen if label == "chosen" else record["regret_sizes"][label]
+    if label != "chosen" and n == chosen:  # the member's smallest (largest) shape: nothing else to train
+        return f"{n:,}: no other shape (the chosen run)"
+    loss = record["regret_losses"][label]
+    return f"{n:,}, {loss:.4f}" if math.isfinite(loss) else f"{n:,}, diverged"
+
+
 def regret_lines(searched: list[dict]) -> list[str]:
     """--regret: the chosen size's validation loss against half and twice it, each trained as long."""
     measured = [r for r in searched if "regret" in r]
@@ -104,13 +114,8 @@ def regret_lines(searched: list[dict]) -> list[str]:
         "|---|---|---|---|---:|",
     ]
     for r in measured:
-        sizes, losses = r["regret_sizes"], r["regret_losses"]
-        cell = lambda n, loss: f"{n:,}, {loss:.4f}" if math.isfinite(loss) else f"{n:,}, diverged"
-        lines.append(
-            f"| {r['title']} | {cell(sizes['half'], losses['half'])} | "
-            f"{cell(r['non_embedding_params'], losses['chosen'])} | {cell(sizes['twice'], losses['twice'])} | "
-            f"{r['regret']:.4f} |"
-        )
+        cells = [regret_cell(r, label) for label in ("half", "chosen", "twice")]
+        lines.append(f"| {r['title']} | {' | '.join(cells)} | {r['regret']:.4f} |")
     return lines
 
 

@@ -647,20 +647,22 @@ class StudyRun:
             if "search" not in record:
                 continue
             row, chosen = self.study.row(record["name"]), record["non_embedding_params"]
-            unit, trained = (
-                record["search"]["unit"],
-                record["seconds"] if record["search"]["unit"] == "seconds" else record["steps"],
-            )
+            unit = record["search"]["unit"]
+            trained = record["seconds"] if unit == "seconds" else record["steps"]
             losses = {"chosen": record["selected_eval_loss"]}
             for label, scale in (("half", 0.5), ("twice", 2.0)):
                 plan = self.plan(row, round(chosen * scale))
+                record.setdefault("regret_sizes", {})[label] = plan.non_embedding
+                if plan.non_embedding == chosen:  # the member has no smaller (or larger) shape: the chosen run itself
+                    losses[label] = losses["chosen"]
+                    self.say(f"lineage: regret: {row.name} has no shape at {scale:g}x its chosen size; not trained")
+                    continue
                 folder = self.output_dir / "regret" / f"{row.name}-{label}-seed{record['seed']}"
                 self.say(f"lineage: regret: {row.name} at {plan.non_embedding:,} for {trained:.0f} {unit}")
                 got = self.train(row, plan, {"learning_rate": record["learning_rate"], "dropout": record["dropout"]},
                                  record["seed"], folder, round(trained) if unit == "steps" else None,
                                  trained if unit == "seconds" else None, False)  # fmt: skip
                 losses[label] = got["eval_loss"] if "diverged" not in got else math.inf
-                record.setdefault("regret_sizes", {})[label] = plan.non_embedding
             record["regret_losses"] = losses
             record["regret"] = losses["chosen"] - min(losses.values())
 

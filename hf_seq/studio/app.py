@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from hf_seq.baselines.ngram import KneserNeyLM
+from hf_seq.data import tasks
 from hf_seq.data.music import MidiTokTokenizer
 from hf_seq.errors import InvalidValueError, MissingFileError, UserError
 from hf_seq.studio import inside, tokens
@@ -36,7 +37,7 @@ def load(source) -> Loaded:
         return Loaded(name, None, run.tokenizer, ngram=run.model)
     is_music, recipe = music_recipe(source, run.tokenizer)
     if is_music:
-        return Loaded(name, run.model, run.tokenizer, task=MUSIC, extra={"recipe": recipe})
+        return Loaded(name, run.model, run.tokenizer, music=True, extra={"recipe": recipe})
     return Loaded(name, run.model, run.tokenizer)
 
 
@@ -50,7 +51,7 @@ def music_recipe(source, tokenizer) -> tuple[bool, object | None]:
     if not record.is_file():
         return isinstance(tokenizer, MidiTokTokenizer), None
     tree = json.loads(record.read_text())
-    if tree.get("task") != MUSIC:
+    if not tasks.reads_music(tree.get("task")):
         return False, None
     try:
         return True, load_recipe(tree)
@@ -69,7 +70,9 @@ def run_folders(source: str) -> list[Path | str]:
     try:
         lineage = json.loads(record.read_text())
         single = len(lineage["sizes"]) == 1 and lineage["seeds"] == 1
-        names = [member_folder(m["name"], m["target"], m["seed"], single, m["family"] is None) for m in lineage["members"]]
+        names = [
+            member_folder(m["name"], m["target"], m["seed"], single, m["family"] is None) for m in lineage["members"]
+        ]
     except (ValueError, KeyError, TypeError) as error:
         raise InvalidValueError(f"studio: {record} is not a lineage record ({error!r}); give the folder "
                                 "`hf-seq lineage --output-dir` wrote") from None  # fmt: skip

@@ -12,7 +12,7 @@ NGRAM = "ngram"  # the kind of the Kneser-Ney n-gram (hf_seq.baselines.ngram), t
 # The views every causal language model answers (surprisal, the lineage strip, two models, context reach, sampling):
 # the families with an AutoModelForCausalLM, and the n-gram.
 LANGUAGE_MODEL = "language_model"
-# The music view (music.py): the causal language models of a music run (`Loaded.task`), whose tokens are notes; they
+# The music view (music.py): the causal language models of a music run (`Loaded.music`), whose tokens are notes; they
 # are offered there only, and the text views offer every other model.
 MUSIC = "music"
 
@@ -40,7 +40,7 @@ def view_kinds(view: str) -> tuple[str, ...]:
 def reads(view: str, loaded: "Loaded") -> bool:
     """Whether the studio's `view` reads `loaded`: its kind is one `view_kinds(view)` names, and the music view reads
     the models of music runs while every other view reads the others."""
-    return loaded.kind in view_kinds(view) and (loaded.task == MUSIC) == (view == MUSIC)
+    return loaded.kind in view_kinds(view) and loaded.music == (view == MUSIC)
 
 
 @dataclass
@@ -49,9 +49,9 @@ class Loaded:
     tokenizer, and for the n-gram its counts (`hf_seq.baselines.ngram.KneserNeyLM`). `kind` says which views read it
     (`view_kinds`): taken from the model's config through the registry (`Family.kind_of`: the family's name, or for
     the ssm family `mamba` or `s4d`), `ngram` for the n-gram. A family's name given as `kind` is taken as the kind
-    its config names; any other kind that is not the config's is refused. `task`: the task the run trained for, where
-    it matters to the studio (`music`: the model reads notes, shown by the music view only; `extra["recipe"]` is then
-    its recipe, for its held-out pieces and its window)."""
+    its config names; any other kind that is not the config's is refused. `music`: the run trained for a task whose
+    tokens are notes (`tasks.reads_music`): shown by the music view only; `extra["recipe"]` is then its recipe, for
+    its held-out pieces and its window."""
 
     name: str
     model: object | None
@@ -59,7 +59,7 @@ class Loaded:
     kind: str | None = None
     ngram: object | None = None
     extra: dict = field(default_factory=dict)
-    task: str | None = None
+    music: bool = False
 
     view_kinds = staticmethod(view_kinds)  # so the view modules, which hold `Loaded`, ask it where they check a kind
 

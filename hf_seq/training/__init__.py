@@ -14,7 +14,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "pretraining": [
             "DECODING_KEYS",
-            "PLAN_DRIFT",
             "Session",
             "StopRequest",
             "TrainState",

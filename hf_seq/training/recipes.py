@@ -546,7 +546,11 @@ def check_batch_tokens(recipe: Recipe, tasks: dict) -> None:
     are all data.block_size tokens long, and transformers' Trainer (`hf-seq finetune`) batches by rows."""
     value, task = recipe.data.batch_tokens, tasks[recipe.task]
     # sentence pairs: a series' windows are all one length too
-    allowed = [n for n, entry in tasks.items() if entry.command == "train" and not (entry.packing or entry.series)]
+    allowed = [
+        n
+        for n, entry in tasks.items()
+        if entry.command == "train" and not (entry.packing or entry.series or entry.music)
+    ]
     key = f"recipe key 'data.batch_tokens': {value!r}"
     if value <= 0:
         raise RecipeError(
@@ -560,8 +564,8 @@ def check_batch_tokens(recipe: Recipe, tasks: dict) -> None:
         )
     if recipe.task not in allowed:
         why = "is trained by transformers' Trainer, which batches training.batch_size rows"
-        if task.packing:
-            why = "packs text into blocks of data.block_size tokens, all one length: use training.batch_size"
+        if task.packing or task.music:
+            why = "packs into blocks of data.block_size tokens, all one length: use training.batch_size"
         elif task.series:
             why = "cuts windows of one length (context and prediction): use training.batch_size"
         raise RecipeError(

@@ -121,6 +121,7 @@ def open_run(source, accept: tuple[str, ...] | None = None, device=None, hub: bo
     tokenizer = _saved_tokenizer(str(source), local)
     metrics = json.loads((path / "metrics.json").read_text()) if local and (path / "metrics.json").is_file() else {}
     evaluations = metrics.pop("evaluations", [])
+    metrics.pop("learning_rates", None)  # history, as the evaluations: not the summary
     device = model.device if isinstance(model, torch.nn.Module) else torch.device("cpu")
     return RunResult(model, tokenizer, evaluations, metrics, path if local else source, device)
 
