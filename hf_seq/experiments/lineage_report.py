@@ -61,7 +61,7 @@ def sizing_lines(result: dict) -> list[str]:
                     f"{c['branch_loss']:.4f} | {c['predicted_drop']:.4f} | {c['predicted_loss']:.4f} | {kept} |"
                 )
     lines += ["", *(why_chosen(r) for r in searched)]
-    return lines + regret_lines(searched)
+    return lines + regret_lines(searched) + [""]
 
 
 def candidate_cell(candidate: dict) -> str:
