@@ -105,7 +105,9 @@ def progress_factor(kind: str, progress: float, decay_fraction: float = 0.2) -> 
     p = min(max(progress, 0.0), 1.0)
     if kind == "wsd":
         start = 1.0 - decay_fraction
-        return 1.0 if p <= start else 1.0 - math.sqrt((p - start) / decay_fraction)
+        if p <= start:
+            return 1.0
+        return 0.0 if p == 1.0 else 1.0 - math.sqrt((p - start) / decay_fraction)  # at the end the floor, exactly
     if kind == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * p))
     if kind == "linear":
