@@ -2,7 +2,6 @@
 scored in bits per note on the same held-out pieces, the n-gram's figure recomputed from its saved counts."""
 
 import math
-import random
 
 import pytest
 
@@ -11,26 +10,9 @@ pytest.importorskip("miditok")
 
 from hf_seq.cli import main  # noqa: E402
 from hf_seq.experiments import lineage_music  # noqa: E402
+from tests.test_music import make_piece  # noqa: E402  (the same made pieces)
 
-TPQ = 480
 BLOCK = 256  # longer than any piece made here: each held-out piece is one window
-
-
-def make_piece(seed: int, bars: int = 4):
-    """A random two-voice piece in 4/4 of quarter and eighth notes."""
-    rng = random.Random(seed)
-    score = symusic.Score(TPQ)
-    score.time_signatures.append(symusic.TimeSignature(0, 4, 4))
-    score.tempos.append(symusic.Tempo(0, 100))
-    for program, (low, high) in ((0, (48, 66)), (40, (66, 84))):
-        track = symusic.Track(f"voice {program}", program, False)
-        time = 0
-        while time < bars * 4 * TPQ:
-            duration = rng.choice((TPQ, TPQ // 2))
-            track.notes.append(symusic.Note(time, duration, rng.randint(low, high), 80))
-            time += duration
-        score.tracks.append(track)
-    return score
 
 
 @pytest.fixture(scope="module")

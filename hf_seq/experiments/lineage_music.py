@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hf_seq.errors import UserError
 from hf_seq.experiments import lineage, study
-from hf_seq.experiments.lineage_report import size_sections
+from hf_seq.experiments.lineage_report import member_row, size_sections
 from hf_seq.experiments.study import Record, Settings, StudyData, save_log_plot
 
 CHORALES = "chorales"  # hf_seq.data.corpora.CHORALES: the default corpus, named here without importing the data layer
@@ -277,7 +277,6 @@ def chung_lines(result: dict) -> list[str]:
 def write_report(result: dict, output_dir: Path, lineage_study: study.Study) -> None:
     """lineage.md of the music lineage."""
     records, metric, splits = result["members"], result["metric"], result["splits"]
-    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
     held = "; ".join(f"{k}: {v['pieces']} pieces, {v['notes']:,} notes" for k, v in splits.items() if k != "train")
     lines = [
         lineage_study.heading(r["name"] for r in records),
@@ -306,13 +305,7 @@ def write_report(result: dict, output_dir: Path, lineage_study: study.Study) -> 
     )
 
     def row(r: dict) -> str:
-        seed = "" if result["seeds"] == 1 or r["family"] is None else f" (seed {r['seed']})"
-        return (
-            f"| {r['title']}{seed} | {r['params']:,} | {fmt(r['non_embedding_params'], ',')} | "
-            f"{fmt(r['flops_per_token'], ',')} | {fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | "
-            f"{fmt(r['best_step'], 'd')} | {fmt(r['epochs'], '.2f')} | {r['validation_bits_per_note']:.3f} | "
-            f"{fmt(r['test_bits_per_note'], '.3f')} | {fmt(r['test_perplexity'], '.2f')} | {r['seconds']:.0f} |"
-        )
+        return member_row(result, r, "bits_per_note", ".2f")
 
     lines += size_sections(result, header, row, lineage_study.order)
     lines += [

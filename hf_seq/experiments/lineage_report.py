@@ -12,6 +12,19 @@ from hf_seq.experiments import sizing, study
 from hf_seq.experiments.study import save_log_plot, summarize
 
 
+def member_row(result: dict, r: dict, unit: str, perplexity: str) -> str:
+    """One member's row of a language-model lineage's table: its sizes, settings, epochs, validation and test
+    `unit` (bits_per_byte, bits_per_note) and test perplexity (formatted by `perplexity`), and seconds."""
+    fmt = lambda value, spec: "n/a" if value is None else format(value, spec)
+    seed = "" if result["seeds"] == 1 or r["family"] is None else f" (seed {r['seed']})"
+    return (
+        f"| {r['title']}{seed} | {r['params']:,} | {fmt(r['non_embedding_params'], ',')} | "
+        f"{fmt(r['flops_per_token'], ',')} | {fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | "
+        f"{fmt(r['best_step'], 'd')} | {fmt(r['epochs'], '.2f')} | {r['validation_' + unit]:.3f} | "
+        f"{fmt(r['test_' + unit], '.3f')} | {fmt(r['test_perplexity'], perplexity)} | {r['seconds']:.0f} |"
+    )
+
+
 def size_sections(result: dict, header: str, row, order, higher_is_better: bool = False) -> list[str]:
     """One section per size: the table (`header`, then `row(record)` for each run at that size) and the paragraph
     on the measured order against the lectures'."""
@@ -306,7 +319,6 @@ def margin_lines(result: dict) -> list[str]:
 def write_language_model_report(result: dict, output_dir: Path, lineage: study.Study) -> None:
     """lineage.md of the language-model lineage."""
     records, metric = result["members"], result["metric"]
-    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)
     lines = [
         lineage.heading(r["name"] for r in records),
         "",
@@ -326,14 +338,7 @@ def write_language_model_report(result: dict, output_dir: Path, lineage: study.S
     )
 
     def row(r: dict) -> str:
-        seed = "" if result["seeds"] == 1 or r["name"] == "ngram" else f" (seed {r['seed']})"
-        return (
-            f"| {r['title']}{seed} | {r['params']:,} | "
-            f"{fmt(r['non_embedding_params'], ',')} | {fmt(r['flops_per_token'], ',')} | "
-            f"{fmt(r['learning_rate'], '.2g')} | {fmt(r['dropout'], 'g')} | {fmt(r['best_step'], 'd')} | "
-            f"{fmt(r['epochs'], '.2f')} | {r['validation_bits_per_byte']:.3f} | "
-            f"{fmt(r['test_bits_per_byte'], '.3f')} | {fmt(r['test_perplexity'], '.1f')} | {r['seconds']:.0f} |"
-        )
+        return member_row(result, r, "bits_per_byte", ".1f")
 
     lines += size_sections(result, header, row, lineage.order)
     lines += [
