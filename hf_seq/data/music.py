@@ -51,7 +51,7 @@ def _import(name: str):
     try:
         return importlib.import_module(name)
     except ImportError:
-        raise UserError(f"the music task needs {name} (MidiTok, symusic and music21): {INSTALL}") from None
+        raise UserError(f"the music task needs the {name} package, which is not installed: {INSTALL}") from None
 
 
 @dataclass
