@@ -94,8 +94,9 @@ def test_a_whole_study_budget_holds_within_five_percent_and_regret_is_measured(t
 def test_a_whole_study_budget_is_one_budget(tmp_path):
     with pytest.raises(ValueError, match="give one budget"):
         lineage.run(quick=True, output_dir=tmp_path, study_seconds=60, budget_seconds=10)
-    with pytest.raises(ValueError, match="--study-seconds must be positive"):
-        lineage.run(quick=True, output_dir=tmp_path, study_seconds=-1)
+    for bad in (-1, 0):  # 0 is not "no budget": it is refused, not ignored
+        with pytest.raises(ValueError, match="--study-seconds must be positive"):
+            lineage.run(quick=True, output_dir=tmp_path, study_seconds=bad)
 
 
 def test_the_translation_lineage_sizes_its_members_by_the_same_rule(tmp_path):

@@ -806,7 +806,7 @@ def matched_size_of(row: Member, s, vocab_size: int, auto_class: str, target: in
 def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, sizes, target: int, task: str) -> list:
     """The budget actually given ({kind: value}: at most one of tokens, seconds, flops) and the sizes; refuses
     anything else with a message that names the option, the value and what is allowed."""
-    given = {k: v for k, v in budgets.items() if v}
+    given = {k: v for k, v in budgets.items() if v is not None}  # 0 is refused below, not ignored
     if len(given) > 1:
         raise InvalidValueError(
             f"lineage: give one budget (--budget-tokens, --budget-seconds, --budget-flops or --study-seconds), got "
