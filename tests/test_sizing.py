@@ -39,6 +39,24 @@ def test_a_candidate_is_judged_at_the_end_its_own_curve_predicts():
     assert sizing.judge(flat[:2], 2.9, at, end)["fit"] is None  # too few points: the branch alone judges
 
 
+def test_from_the_second_rung_a_candidate_is_judged_by_its_two_branches():
+    """The Austen study's GPT at its second rung (docs/lineage/prose): 134k's stable curve predicted the larger
+    further drop and kept it, though 400k's branches were lower and fell faster; by the branches' slope 400k wins."""
+    at, end, earlier_at = 156.0, 619.0, 63.0
+    small = sizing.judge(power_curve(3.0, 40.0, 0.5, [20.0 * k for k in range(2, 9)]), 5.0316, at, end,
+                         earlier=(earlier_at, 5.3735))  # fmt: skip
+    large = sizing.judge(power_curve(4.5, 5.0, 0.5, [20.0 * k for k in range(2, 9)]), 4.9882, at, end,
+                         earlier=(earlier_at, 5.4017))  # fmt: skip
+    assert small["judged_by"] == large["judged_by"] == "branches"
+    slope = (5.4017 - 4.9882) / math.log(at / earlier_at)
+    assert large["predicted_drop"] == pytest.approx(slope * math.log(end / at))
+    assert large["predicted_loss"] < small["predicted_loss"]
+    # a branch that rose (noise, or the larger rate's instability) predicts no drop, never a rise
+    assert sizing.judge([], 5.1, at, end, earlier=(earlier_at, 5.0))["predicted_loss"] == pytest.approx(5.1)
+    # a curve alone (the first rung) is judged by the curve
+    assert sizing.judge(power_curve(3.0, 40.0, 0.5, [20.0 * k for k in range(1, 9)]), 5.0, at, end)["judged_by"] == "curve"
+
+
 def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_path):
     result = lineage.run(quick=True, output_dir=tmp_path, members=("ngram", "gpt"), budget_flops=3e10, progress=False)
     assert result["sizes"] == ["auto"]  # the default under a FLOPs budget
@@ -47,6 +65,9 @@ def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_pa
     first, second = search["rungs"]
     assert len(first["candidates"]) == len(sizing.SCALES) and len(first["kept"]) == sizing.KEEP[0]
     assert {c["candidate"] for c in second["candidates"]} == set(first["kept"])
+    # the first rung is judged by each candidate's curve, the second by its two branches
+    assert {c["judged_by"] for c in second["candidates"]} == {"branches"}
+    assert all(c["earlier_branch"][0] < c["reached"] for c in second["candidates"])
     assert second["kept"] == [str(gpt["non_embedding_params"])] == [search["chosen"]]
     # the rungs are judged in order of the prediction, and the kept are the best predicted
     predicted = [c["predicted_loss"] for c in first["candidates"]]

@@ -54,8 +54,10 @@ def sizing_lines(result: dict) -> list[str]:
         f"Each member's candidates, at {', '.join(f'{x:g}' for x in first['scales'])} times the target, shared its "
         "budget by successive halving: at each rung every candidate still in trained at its peak rate (the stable "
         f"phase of the wsd schedule), then a decay branch of {sizing.BRANCH:.0%} of that on a copy gave the loss it "
-        "would reach if it stopped there; each was judged by that loss less the further drop its own curve "
-        "(E + A t^-alpha, fitted to its evaluations) predicts up to the survivor's end; the best went on. The "
+        "would reach if it stopped there; each was judged by that loss less the further drop predicted up to the "
+        "survivor's end: at the first rung by its own stable curve (E + A t^-alpha, fitted to its evaluations), from "
+        "the second on by its two branches' slope in log-time (an optimistic bound, alike for every candidate: it "
+        "ranks them); the best went on. The "
         f"survivor continued from its own checkpoint to {first['survivor_share']:.0%} of the budget, the rest having "
         "paid for the candidates and branches. Losses are validation nats per token.",
         "",

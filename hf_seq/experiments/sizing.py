@@ -19,6 +19,14 @@ from the rung to the survivor's end, the curve fitted as L(t) = E + A t^-alpha t
 evaluations past the warm-up (Domhan et al. 2015 extrapolate learning curves the same way, with more curve families).
 With too few evaluations for the fit the branch loss alone judges.
 
+From the second rung on, a candidate has two decay branches, and they measure what the stable curve only suggests:
+the loss the run would end at had its budget stopped at either point. Their slope in log-time, carried on to the
+survivor's end, is the drop that judges it (no fit). The stable curve is read at the peak rate, where a larger model's
+loss is held up more by the rate's noise than a smaller one's, so it says too little about the larger; on the Austen
+study's GPT it kept 134k over a 400k whose two branches fell faster and which, trained as long, did better
+(docs/lineage/prose). The log-time slope overstates the drop (a loss curve flattens in log-time), alike for every
+candidate: the predicted loss ranks the candidates and is an optimistic bound, not a forecast.
+
 Why not Optuna's pruners: its successive-halving and Hyperband pruners are asynchronous (ASHA): each trial runs to
 the end unless a rung prunes it, so on one machine, trials one after another, the first runs the whole budget before
 any other starts. The synchronous form here keeps every candidate inside the member's budget and lets the survivor
@@ -69,9 +77,15 @@ def curve_at(fit: dict, t: float) -> float:
     return fit["E"] + fit["A"] * t ** -fit["alpha"]
 
 
-def judge(curve: list[tuple[float, float]], branch_loss: float, at: float, end: float) -> dict:
-    """A candidate's predicted loss at `end`: its decay branch's loss at `at` less the drop its stable curve
-    (`curve`: (t, validation loss) of its periodic evaluations up to `at`) predicts from `at` to `end`."""
+def judge(curve: list[tuple[float, float]], branch_loss: float, at: float, end: float, earlier=None) -> dict:
+    """A candidate's predicted loss at `end`: its decay branch's loss at `at` less the drop predicted from `at` to
+    `end`: from `earlier`, (t, loss) of its previous rung's branch, their slope in log-time carried on; without it, the
+    drop its stable curve (`curve`: (t, validation loss) of its periodic evaluations up to `at`) predicts."""
+    if earlier is not None and 0 < earlier[0] < at and math.isfinite(earlier[1]):
+        slope = max(0.0, earlier[1] - branch_loss) / math.log(at / earlier[0])  # nats per unit of log-time
+        drop = slope * math.log(end / at)
+        return {"branch_loss": branch_loss, "judged_by": "branches", "earlier_branch": list(earlier),
+                "predicted_drop": drop, "predicted_loss": branch_loss - drop}  # fmt: skip
     kept = [(t, loss) for t, loss in curve if t >= SKIP_FRACTION * at and t > 0 and math.isfinite(loss)]
     fit = fit_curve(kept)
     drop = max(0.0, curve_at(fit, at) - curve_at(fit, end)) if fit else 0.0
@@ -80,7 +94,8 @@ def judge(curve: list[tuple[float, float]], branch_loss: float, at: float, end: 
         # that asks for more is reading noise
         observed = max(0.0, kept[0][1] - kept[-1][1])
         drop = min(drop, observed * math.log(end / at) / math.log(kept[-1][0] / kept[0][0]))
-    return {"branch_loss": branch_loss, "fit": fit, "predicted_drop": drop, "predicted_loss": branch_loss - drop}
+    return {"branch_loss": branch_loss, "judged_by": "curve", "fit": fit, "predicted_drop": drop,
+            "predicted_loss": branch_loss - drop}
 
 
 def _nonnegative_least_squares(columns, target):

@@ -223,6 +223,7 @@ class Candidate:
     tuned: bool = False
     reached: float = 0.0
     every: int | None = None
+    branch: tuple[float, float] | None = None  # (t, loss) of its last decay branch
 
     @property
     def name(self) -> str:
@@ -634,7 +635,8 @@ class StudyRun:
         key = "seconds" if unit == "seconds" else "step"
         curve = [(c[key], c["eval_loss"]) for c in stable["evaluations"]]
         loss = got["eval_loss"] if "diverged" not in got else math.inf
-        judged = sizing.judge(curve, loss, candidate.reached, end)
+        judged = sizing.judge(curve, loss, candidate.reached, end, earlier=candidate.branch)
+        candidate.branch = (candidate.reached, loss)
         self.say(f"lineage: {row.name} {candidate.name}: branch {loss:.4f} at {candidate.reached:.0f} {unit}, "
                  f"predicted {judged['predicted_loss']:.4f} at {end:.0f}")  # fmt: skip
         return about | {"reached": candidate.reached} | judged
