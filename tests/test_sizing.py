@@ -57,6 +57,21 @@ def test_from_the_second_rung_a_candidate_is_judged_by_its_two_branches():
     assert sizing.judge(power_curve(3.0, 40.0, 0.5, [20.0 * k for k in range(1, 9)]), 5.0, at, end)["judged_by"] == "curve"
 
 
+def test_repeated_data_is_worth_less_and_a_candidate_that_repeats_more_is_judged_so():
+    # Muennighoff et al. 2023, eq. 5: U unique tokens seen 1 + R times are worth U (1 + R* (1 - exp(-R / R*)))
+    assert sizing.effective_epochs(0.7) == 0.7  # inside the first epoch: unchanged
+    assert sizing.effective_epochs(1 + sizing.REPETITION) == pytest.approx(1 + sizing.REPETITION * (1 - math.exp(-1)))
+    assert sizing.effective_epochs(100.0) < 1 + sizing.REPETITION  # however often it is repeated
+    # two candidates whose branches are the same, one passing 10x the epochs (a small model on a small corpus): the
+    # one that would repeat its data 20 times by the end is predicted to gain less from it
+    at, end, earlier = 150.0, 600.0, (60.0, 5.4)
+    fresh = sizing.judge([], 5.0, at, end, earlier=earlier, epochs_per_unit=0.002)  # 1.2 epochs at the end
+    repeating = sizing.judge([], 5.0, at, end, earlier=earlier, epochs_per_unit=0.02)  # 12 epochs at the end
+    assert repeating["predicted_drop"] < 0.9 * fresh["predicted_drop"]
+    no_rate = sizing.judge([], 5.0, at, end, earlier=earlier)
+    assert fresh["predicted_drop"] == pytest.approx(no_rate["predicted_drop"], rel=0.03)  # barely past one epoch
+
+
 def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_path):
     result = lineage.run(quick=True, output_dir=tmp_path, members=("ngram", "gpt"), budget_flops=3e10, progress=False)
     assert result["sizes"] == ["auto"]  # the default under a FLOPs budget

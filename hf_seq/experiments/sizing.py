@@ -27,6 +27,12 @@ study's GPT it kept 134k over a 400k whose two branches fell faster and which, t
 (docs/lineage/prose). The log-time slope overstates the drop (a loss curve flattens in log-time), alike for every
 candidate: the predicted loss ranks the candidates and is an optimistic bound, not a forecast.
 
+Every time the judge reads is on the clock of the data it is worth. Past its first epoch a run sees the corpus again,
+and a repeated token teaches less than a fresh one: Muennighoff et al. (2023, "Scaling data-constrained language
+models", eq. 5) fit the effective data of U unique tokens seen 1 + R times as U (1 + R* (1 - exp(-R / R*))), with
+R* = 15.4. A small candidate that would run many epochs by the survivor's end is judged on the effective data it
+would have seen, not on its seconds; a run inside its first epoch is unchanged.
+
 Why not Optuna's pruners: its successive-halving and Hyperband pruners are asynchronous (ASHA): each trial runs to
 the end unless a rung prunes it, so on one machine, trials one after another, the first runs the whole budget before
 any other starts. The synchronous form here keeps every candidate inside the member's budget and lets the survivor
@@ -43,6 +49,22 @@ BRANCH = 0.25  # a decay branch's length, as a share of the training it branches
 DECAY_FRACTION = 0.2  # the survivor's decay: the last share of its training
 EVALUATIONS_PER_RUNG = 8  # periodic evaluations in a candidate's first rung: its curve's points
 SKIP_FRACTION = 0.25  # a curve's points before this share of its length are left out of the fit (the warm-up's)
+REPETITION = 15.4  # R*: repeated data's decay constant, in epochs (Muennighoff et al. 2023, fitted to their runs)
+
+
+def effective_epochs(epochs: float) -> float:
+    """The fresh-data epochs `epochs` passes over one corpus are worth (Muennighoff et al. 2023, eq. 5)."""
+    if epochs <= 1.0:
+        return epochs
+    return 1.0 + REPETITION * (1.0 - math.exp(-(epochs - 1.0) / REPETITION))
+
+
+def effective_clock(epochs_per_unit: float | None):
+    """t -> the time a run would take to see data worth as much as its `epochs_per_unit * t` epochs (identity
+    without an epoch rate)."""
+    if not epochs_per_unit:
+        return lambda t: t
+    return lambda t: effective_epochs(epochs_per_unit * t) / epochs_per_unit
 
 
 def survivor_share(candidates: int, rungs=RUNGS, keep=KEEP, branch: float = BRANCH) -> float:
@@ -77,15 +99,20 @@ def curve_at(fit: dict, t: float) -> float:
     return fit["E"] + fit["A"] * t ** -fit["alpha"]
 
 
-def judge(curve: list[tuple[float, float]], branch_loss: float, at: float, end: float, earlier=None) -> dict:
+def judge(curve: list[tuple[float, float]], branch_loss: float, at: float, end: float, earlier=None,
+          epochs_per_unit: float | None = None) -> dict:  # fmt: skip
     """A candidate's predicted loss at `end`: its decay branch's loss at `at` less the drop predicted from `at` to
     `end`: from `earlier`, (t, loss) of its previous rung's branch, their slope in log-time carried on; without it, the
-    drop its stable curve (`curve`: (t, validation loss) of its periodic evaluations up to `at`) predicts."""
+    drop its stable curve (`curve`: (t, validation loss) of its periodic evaluations up to `at`) predicts. With
+    `epochs_per_unit` (the epochs it passes per unit of t) every time is first put on the effective clock."""
+    clock = effective_clock(epochs_per_unit)
     if earlier is not None and 0 < earlier[0] < at and math.isfinite(earlier[1]):
-        slope = max(0.0, earlier[1] - branch_loss) / math.log(at / earlier[0])  # nats per unit of log-time
-        drop = slope * math.log(end / at)
+        slope = max(0.0, earlier[1] - branch_loss) / math.log(clock(at) / clock(earlier[0]))  # per unit of log-time
+        drop = slope * math.log(clock(end) / clock(at))
         return {"branch_loss": branch_loss, "judged_by": "branches", "earlier_branch": list(earlier),
                 "predicted_drop": drop, "predicted_loss": branch_loss - drop}  # fmt: skip
+    curve = [(clock(t), loss) for t, loss in curve]
+    at, end = clock(at), clock(end)
     kept = [(t, loss) for t, loss in curve if t >= SKIP_FRACTION * at and t > 0 and math.isfinite(loss)]
     fit = fit_curve(kept)
     drop = max(0.0, curve_at(fit, at) - curve_at(fit, end)) if fit else 0.0

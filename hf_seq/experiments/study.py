@@ -635,11 +635,12 @@ class StudyRun:
         key = "seconds" if unit == "seconds" else "step"
         curve = [(c[key], c["eval_loss"]) for c in stable["evaluations"]]
         loss = got["eval_loss"] if "diverged" not in got else math.inf
-        judged = sizing.judge(curve, loss, candidate.reached, end, earlier=candidate.branch)
+        rate = stable["epochs"] / candidate.reached if stable.get("epochs") and candidate.reached else None
+        judged = sizing.judge(curve, loss, candidate.reached, end, earlier=candidate.branch, epochs_per_unit=rate)
         candidate.branch = (candidate.reached, loss)
         self.say(f"lineage: {row.name} {candidate.name}: branch {loss:.4f} at {candidate.reached:.0f} {unit}, "
                  f"predicted {judged['predicted_loss']:.4f} at {end:.0f}")  # fmt: skip
-        return about | {"reached": candidate.reached} | judged
+        return about | {"reached": candidate.reached, "epochs": stable.get("epochs")} | judged
 
     # ------------------------------------------------------------------------------------------ the regret
     def regret(self, records: list[dict]) -> None:
@@ -765,7 +766,8 @@ class StudyRun:
             curve = [(c["step"] * data.tokens_per_step, c["eval_loss"]) for c in result.evaluations]
             steps_only = summary["seconds"] - summary.get("eval_seconds", 0.0)  # the pilots' speed, evaluations aside
             return {k: summary[k] for k in self.study.trial_keys} | {"seconds": steps_only, "curve": curve,
-                    "total_seconds": summary["seconds"], "evaluations": result.evaluations}  # fmt: skip
+                    "total_seconds": summary["seconds"], "evaluations": result.evaluations,
+                    "epochs": summary.get("epochs")}  # fmt: skip
         record = Record(
             row.name, row.title, row.family, plan.params, plan.non_embedding, plan.flops,
             learning_rate=settings["learning_rate"], dropout=settings["dropout"], best_step=summary.get("best_step"),
