@@ -57,7 +57,8 @@ def sizing_lines(result: dict) -> list[str]:
         "would reach if it stopped there; each was judged by that loss less the further drop predicted up to the "
         "survivor's end: at the first rung by its own stable curve (E + A t^-alpha, fitted to its evaluations), from "
         "the second on by its two branches' slope in log-time (an optimistic bound, alike for every candidate: it "
-        "ranks them); the best went on. The "
+        "ranks them), with the time past a first epoch counted at what repeated data is worth (Muennighoff et al. "
+        "2023); the best went on. The "
         f"survivor continued from its own checkpoint to {first['survivor_share']:.0%} of the budget, the rest having "
         "paid for the candidates and branches. Losses are validation nats per token.",
         "",
