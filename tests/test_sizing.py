@@ -125,6 +125,12 @@ def test_a_whole_study_budget_holds_within_five_percent_and_regret_is_measured(t
         assert r["regret_sizes"]["half"] < r["non_embedding_params"] < r["regret_sizes"]["twice"]
     report = (tmp_path / "lineage.md").read_text()
     assert "### The choice measured: regret" in report and "60 s for the whole study" in report
+    # who leads at the end: the member whose best measured size (the chosen, half or twice) has the lowest loss
+    networks = [r for r in result["members"] if r["name"] != "ngram"]
+    best = {r["title"]: min([r["selected_eval_loss"], *r["regret_losses"].values()]) for r in networks}
+    (end_row,) = [line for line in report.splitlines() if line.startswith("| the end |")]
+    assert end_row.rstrip(" |").endswith(min(best, key=best.get))
+    assert f"{min(best.values()):.4f}" in end_row
 
 
 def test_a_whole_study_budget_is_one_budget(tmp_path):

@@ -77,7 +77,7 @@ def sizing_lines(result: dict) -> list[str]:
                     f"{c['branch_loss']:.4f} | {c['predicted_drop']:.4f} | {c['predicted_loss']:.4f} | {kept} |"
                 )
     lines += ["", *(why_chosen(r) for r in searched)]
-    return lines + regret_lines(searched) + [""]
+    return lines + regret_lines(searched) + budget_lines(searched) + [""]
 
 
 def candidate_cell(candidate: dict) -> str:
@@ -133,6 +133,51 @@ def regret_lines(searched: list[dict]) -> list[str]:
         cells = [regret_cell(r, label) for label in ("half", "chosen", "twice")]
         lines.append(f"| {r['title']} | {' | '.join(cells)} | {r['regret']:.4f} |")
     return lines
+
+
+def budget_lines(searched: list[dict]) -> list[str]:
+    """Which member leads at each budget the search measured: at each rung every candidate's decay branch is the loss
+    it ends at for that budget, and at the end the chosen run (with --regret, half and twice it too); each member's
+    best size there, and the leader. Needs two searched members."""
+    if len(searched) < 2:
+        return []
+    points = [_rung_points(r) for r in searched]
+    lines = [
+        "",
+        "### Who leads at each budget",
+        "",
+        "The search measured each member at several sizes and budgets: a candidate's decay branch at a rung is the "
+        f"loss it ends at when its training stops there (the rung's time and the branch, {sizing.BRANCH:.0%} more), "
+        "and the end is the scored run (and with --regret, half and twice its size, trained as long). Each cell is "
+        "the member's best measured size at that budget: validation loss (nats per token), size, training time. The "
+        "sizes differ by budget: a rung measures every size still in, the end only the chosen and its neighbours.",
+        "",
+        "| budget | " + " | ".join(r["title"] for r in searched) + " | leads |",
+        "|---|" + "---|" * len(searched) + "---|",
+    ]
+    for k, label in enumerate([f"rung {i + 1}" for i in range(len(sizing.RUNGS))] + ["the end"]):
+        cells = [p[k] if k < len(p) else None for p in points]
+        leader = min((c for c in cells if c), key=lambda c: c[0], default=None)
+        shown = [f"{c[0]:.4f} at {c[1]:,} ({c[2]:.0f} {c[3]})" if c else "" for c in cells]
+        lead = searched[cells.index(leader)]["title"] if leader else ""
+        lines.append(f"| {label} | {' | '.join(shown)} | {lead} |")
+    return lines
+
+
+def _rung_points(record: dict) -> list[tuple | None]:
+    """(loss, size, time, unit) of the member's best measured size at each rung's branch, then at the end."""
+    search, points = record["search"], []
+    for rung in search["rungs"]:
+        done = [c for c in rung["candidates"] if not c.get("diverged") and math.isfinite(c["branch_loss"])]
+        best = min(done, key=lambda c: c["branch_loss"], default=None)
+        points.append(best and (best["branch_loss"], best["non_embedding_params"],
+                                best["reached"] * (1 + sizing.BRANCH), short(search["unit"])))  # fmt: skip
+    end = {record["non_embedding_params"]: record["selected_eval_loss"]}
+    for label, n in record.get("regret_sizes", {}).items():
+        end.setdefault(n, record["regret_losses"][label])
+    n, loss = min(end.items(), key=lambda item: item[1])
+    trained = record["seconds"] if search["unit"] == "seconds" else record["steps"]
+    return points + [(loss, n, trained, short(search["unit"]))]
 
 
 def _at_size(target) -> str:
