@@ -75,8 +75,9 @@ def test_bad_lags_and_a_non_numeric_column_are_one_line(tmp_path):
                                 target_column="value")  # fmt: skip
 
 
-def test_a_member_too_large_to_match_the_target_is_named(capsys):
-    """WaveNet at 6 layers of width 32 passes the 20k target at one skip channel: the plan says so, naming the knob."""
+def test_a_member_too_large_for_the_target_goes_shallower_or_is_named(capsys):
+    """WaveNet at 6 layers of width 32 passes the 20k target at one skip channel: it is planned with fewer layers,
+    matched; at one layer of width 128 it cannot be, and the plan says so, naming what to lower."""
     import types
     from pathlib import Path
 
@@ -84,11 +85,19 @@ def test_a_member_too_large_to_match_the_target_is_named(capsys):
 
     study = lineage_forecasting.LINEAGE
     data = types.SimpleNamespace(vocab_size=1, tokens_per_step=100, train_tokens=10_000)
-    for layers, warned in ((6, True), (3, False)):
-        s = study.settings_for(False, (f"conv.layers={layers}",))
-        StudyRun(study, s, data, {"tokens": 10**6}, Options(), Path("."), print).plan(study.row("conv"), 20_000)
-        said = capsys.readouterr().out
-        assert ("above the target 20,000" in said and "lower conv.layers with --set" in said) == warned, said
+
+    def plan(*overrides):
+        s = study.settings_for(False, overrides)
+        return StudyRun(study, s, data, {"tokens": 10**6}, Options(), Path("."), print).plan(study.row("conv"), 20_000)
+
+    deep, fits = plan("conv.layers=6"), plan("conv.layers=3")
+    assert deep.knobs["layers"] < 6 and abs(deep.non_embedding - 20_000) < 0.25 * 20_000
+    assert fits.knobs == {} and abs(fits.non_embedding - 20_000) < 0.25 * 20_000
+    assert "warning" not in capsys.readouterr().out
+    wide = plan("conv.layers=1", "width=128")
+    said = capsys.readouterr().out
+    assert wide.non_embedding > 3 * 20_000
+    assert "(one layer)" in said and "above the target 20,000" in said and "lower width with --set" in said, said
 
 
 def test_the_command_sizes_forecasters_by_a_seconds_budget(tmp_path):

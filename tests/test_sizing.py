@@ -72,6 +72,16 @@ def test_repeated_data_is_worth_less_and_a_candidate_that_repeats_more_is_judged
     assert fresh["predicted_drop"] == pytest.approx(no_rate["predicted_drop"], rel=0.03)  # barely past one epoch
 
 
+def test_below_a_members_smallest_shape_it_goes_a_layer_shallower(tmp_path):
+    """GPT at three layers of the quick width has ~3,300 non-embedding parameters at its smallest feed-forward: a
+    target of 1,500 (a search's quarter, a regret's half) is met with one layer, not by the three-layer minimum."""
+    result = lineage.run(quick=True, output_dir=tmp_path, members=("gpt",), sizes=[1500, 20000], set=["gpt.layers=3"],
+                         budget_tokens=8 * 32 * 2, progress=False)  # fmt: skip
+    small, large = sorted(result["members"], key=lambda r: r["target"])
+    assert small["config"]["num_hidden_layers"] == 1 and abs(small["non_embedding_params"] - 1500) < 0.25 * 1500
+    assert large["config"]["num_hidden_layers"] == 3  # a target the member's depth can meet keeps its depth
+
+
 def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_path):
     result = lineage.run(quick=True, output_dir=tmp_path, members=("ngram", "gpt"), budget_flops=3e10, progress=False)
     assert result["sizes"] == ["auto"]  # the default under a FLOPs budget

@@ -84,6 +84,8 @@ def candidate_cell(candidate: dict) -> str:
     """A candidate's size, and its learning rate and dropout when the search tried several (--tune)."""
     tuned = "-lr" in candidate["candidate"]
     extra = f" (lr {candidate['learning_rate']:.3g}, dropout {candidate['dropout']:g})" if tuned else ""
+    shallower = candidate.get("knobs", {}).get("layers")  # below the member's smallest shape at its depth
+    extra += f" ({shallower} layer{'s' * (shallower > 1)})" if shallower else ""
     return f"{candidate['non_embedding_params']:,}{extra}"
 
 

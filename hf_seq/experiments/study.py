@@ -73,9 +73,10 @@ class Member:
     def knobs_for(self, mode: str) -> dict:
         return self.knobs | (self.quick if mode == "quick" else {})
 
-    def model_keys(self, s, size: int, dropout: float = 0.0) -> dict:
-        """The family's config keys at `size`, with the knobs of the settings `s` (else the row's defaults)."""
-        return self.config(s, size, dropout, **(self.knobs | s.knobs.get(self.name, {})))
+    def model_keys(self, s, size: int, dropout: float = 0.0, knobs: dict | None = None) -> dict:
+        """The family's config keys at `size`, with the knobs of the settings `s` (else the row's defaults), and
+        `knobs` over both (a plan's own: fewer layers below the member's smallest shape)."""
+        return self.config(s, size, dropout, **(self.knobs | s.knobs.get(self.name, {}) | (knobs or {})))
 
 
 @dataclass
@@ -211,6 +212,7 @@ class Plan:
     steps: int | None
     past_epoch: bool
     step_seconds: float | None = None  # a timed training step, under a seconds budget
+    knobs: dict = field(default_factory=dict)  # its own knobs over the member's: fewer layers for a small target
 
 
 @dataclass
@@ -621,7 +623,7 @@ class StudyRun:
             expected = at / plan.step_seconds if unit == "seconds" and plan.step_seconds else at
             candidate.every = max(1, round(expected / sizing.EVALUATIONS_PER_RUNG))
         about = {"candidate": candidate.name, "non_embedding_params": plan.non_embedding, "params": plan.params,
-                 **settings}  # fmt: skip
+                 "knobs": plan.knobs, **settings}  # fmt: skip
         stable = self.train(row, plan, settings, seed, folder, limit(at).get("steps"), limit(at).get("seconds"),
                             False, eval_every=candidate.every, resume=k > 0, decay_fraction=0.0)  # fmt: skip
         if "diverged" in stable:
@@ -688,32 +690,39 @@ class StudyRun:
             self.say(f"lineage: {row.name}: every trial diverged; trained with the defaults")
         return trials, chosen
 
-    def build(self, row: Member, size: int, device: str = "meta"):
-        return build(row, self.s, size, self.data.vocab_size, self.study.auto_class, device)
+    def build(self, row: Member, size: int, device: str = "meta", knobs: dict | None = None):
+        return build(row, self.s, size, self.data.vocab_size, self.study.auto_class, device, knobs)
 
     def plan(self, row: Member, target: int) -> Plan:
         """The member's size parameter, shapes (on the meta device), FLOPs per token and steps under the budget."""
         vocab_size = self.data.vocab_size
-        size = matched_size_of(row, self.s, vocab_size, self.study.auto_class, target, self.study.size_limit)
-        shapes = self.build(row, size)
-        params, non_embedding = count_parameters(shapes)
+        knobs = {}
+        while True:  # below the member's smallest shape at its depth, one layer fewer (to one): a search's small sizes
+            size = matched_size_of(row, self.s, vocab_size, self.study.auto_class, target, self.study.size_limit,
+                                   knobs)  # fmt: skip
+            shapes = self.build(row, size, knobs=knobs)
+            params, non_embedding = count_parameters(shapes)
+            layers = (row.knobs | self.s.knobs.get(row.name, {}) | knobs).get("layers", 1)
+            if not (size == 1 and non_embedding > OVERSIZE * target and layers > 1):
+                break
+            knobs = {"layers": layers - 1}
         if size == 1 and non_embedding > OVERSIZE * target:  # its knobs alone pass the target: it cannot be matched
-            knobs = ", ".join(f"{row.name}.{k}" for k in self.s.knobs.get(row.name, {})) or "the width"
+            named = [f"{row.name}.{k}" for k in self.s.knobs.get(row.name, {}) if k != "layers"] + ["width"]
             self.say(f"lineage: warning: {row.name} has {non_embedding:,} non-embedding parameters at its smallest "
-                     f"size, {non_embedding / target - 1:.0%} above the target {target:,}: it is not matched to the "
-                     f"others; lower {knobs} with --set")  # fmt: skip
+                     f"size{' (one layer)' * (layers == 1)}, {non_embedding / target - 1:.0%} above the target "
+                     f"{target:,}: it is not matched to the others; lower {' or '.join(named)} with --set")  # fmt: skip
         flops = self.study.flops(shapes, self.data, self.s)
 
         timed = []
 
         def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
             batch = self.study.step_batch(self.data, self.s, vocab_size)
-            timed.append(seconds_per_step(self.build(row, size, "cpu"), batch))
+            timed.append(seconds_per_step(self.build(row, size, "cpu", knobs), batch))
             return timed[-1]
 
         steps, past_epoch = plan_steps(self.given, self.s.budget_tokens, flops, self.data.tokens_per_step,
                                        self.data.train_tokens, step_time)  # fmt: skip
-        return Plan(size, params, non_embedding, flops, steps, past_epoch, timed[-1] if timed else None)
+        return Plan(size, params, non_embedding, flops, steps, past_epoch, timed[-1] if timed else None, knobs)
 
     def train(
         self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool,
@@ -736,7 +745,7 @@ class StudyRun:
         tree["data"]["eval_examples"] = data.eval_examples
         if data.tokenizer_dir is not None:  # a study of real values has no tokenizer
             tree["tokenizer"]["path"] = str(data.tokenizer_dir)
-        tree |= {"family": row.family, "model": row.model_keys(s, plan.size, settings["dropout"])}
+        tree |= {"family": row.family, "model": row.model_keys(s, plan.size, settings["dropout"], plan.knobs)}
         tree["training"] |= {"output_dir": str(folder), "log_with": "none", "max_steps": steps, "max_seconds": seconds}
         tree["training"] |= {"threads": self.options.threads, "seed": seed, "batch_size": s.batch_size}
         tree["training"] |= {"learning_rate": settings["learning_rate"], "warmup_steps": s.warmup_steps}
@@ -788,21 +797,22 @@ def copy_run(source: Path, folder: Path) -> None:
     shutil.copytree(source, folder)
 
 
-def build(row: Member, s, size: int, vocab_size: int, auto_class: str, device: str = "meta"):
+def build(row: Member, s, size: int, vocab_size: int, auto_class: str, device: str = "meta", knobs=None):
     """The member, on the meta device by default: shapes only, counting needs no memory and no initialisation."""
     import torch
 
     from hf_seq.registry import family
 
     fam = family(row.family)
-    config = fam.config_class(vocab_size=vocab_size, **row.model_keys(s, size))
+    config = fam.config_class(vocab_size=vocab_size, **row.model_keys(s, size, knobs=knobs))
     with torch.device(device):
         return fam.model_class(auto_class)(config)
 
 
-def matched_size_of(row: Member, s, vocab_size: int, auto_class: str, target: int | None = None, limit=256) -> int:
+def matched_size_of(row: Member, s, vocab_size: int, auto_class: str, target: int | None = None, limit=256,
+                    knobs: dict | None = None) -> int:  # fmt: skip
     """The member's size parameter whose non-embedding count is closest to `target` (default: the settings')."""
-    count = lambda size: count_parameters(build(row, s, size, vocab_size, auto_class))[1]
+    count = lambda size: count_parameters(build(row, s, size, vocab_size, auto_class, knobs=knobs))[1]
     return matched_size(count, target or s.target, limit * s.width)
 
 
