@@ -62,7 +62,7 @@ def sizing_lines(result: dict) -> list[str]:
         f"survivor continued from its own checkpoint to {first['survivor_share']:.0%} of the budget, the rest having "
         "paid for the candidates and branches. Losses are validation nats per token.",
         "",
-        "| member | rung | at | candidate (non-embedding) | branch loss | predicted drop | predicted at the end | kept |",
+        "| member | rung | at | candidate (non-embedding) | branch loss | drop carried to the end | judged | kept |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in searched:
@@ -99,7 +99,7 @@ def why_chosen(record: dict) -> str:
     winner, *others = sorted(last, key=lambda c: c["predicted_loss"])
     against = f", against {others[0]['predicted_loss']:.4f} at {candidate_cell(others[0])}" if others else ""
     return (
-        f"- {record['title']}: {candidate_cell(winner)} non-embedding parameters won the last rung with a predicted "
+        f"- {record['title']}: {candidate_cell(winner)} non-embedding parameters won the last rung, judged "
         f"{winner['predicted_loss']:.4f}{against}; it reached {record['final_eval_loss']:.4f} after "
         f"{record['seconds']:.0f} s."
     )
