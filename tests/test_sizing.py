@@ -159,11 +159,14 @@ def test_the_translation_lineage_sizes_its_members_by_the_same_rule(tmp_path):
     result = lt.run(
         quick=True, output_dir=tmp_path / "out", corpus=str(train), validation=str(valid), test=str(test),
         source_column="en", target_column="es", members=("luong", "transformer"), budget_flops=2e9, threads=1,
-        progress=False,
+        regret=True, progress=False,
     )  # fmt: skip
     assert result["sizes"] == ["auto"]
     for r in result["members"]:
         assert r["search"]["chosen"] == str(r["non_embedding_params"]), r["name"]
+        # its scored run keeps the evaluation of highest BLEU; the regret compares its lowest validation loss, as
+        # the half and twice runs (selected by loss) report theirs
+        assert r["regret_losses"]["chosen"] == min(c["eval_loss"] for c in r["curve"]) <= r["selected_eval_loss"]
     report = (tmp_path / "out" / "lineage.md").read_text()
     assert "## How the sizes were chosen" in report
 

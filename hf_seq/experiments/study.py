@@ -163,6 +163,7 @@ class Record:
     curve: list = field(default_factory=list)  # the periodic evaluations (a fit: its refits on growing prefixes)
     final_eval_loss: float | None = None
     selected_eval_loss: float | None = None  # the evaluation kept (training.select_by: the lowest validation loss)
+    best_eval_loss: float | None = None  # the lowest validation loss of its evaluations (another select_by: not kept)
     trials: list = field(default_factory=list)
 
     @property
@@ -654,7 +655,9 @@ class StudyRun:
             row, chosen = self.study.row(record["name"]), record["non_embedding_params"]
             unit = record["search"]["unit"]
             trained = record["seconds"] if unit == "seconds" else record["steps"]
-            losses = {"chosen": record["selected_eval_loss"]}
+            # its lowest validation loss, as the half and twice runs (selected by loss) report theirs: a translation
+            # member's scored run keeps its evaluation of highest BLEU, not always its lowest loss
+            losses = {"chosen": record.get("best_eval_loss") or record["selected_eval_loss"]}
             for label, scale in (("half", 0.5), ("twice", 2.0)):
                 plan = self.plan(row, round(chosen * scale))
                 record.setdefault("regret_sizes", {})[label] = plan.non_embedding
@@ -785,6 +788,7 @@ class StudyRun:
             curve=[{k: c.get(k) for k in self.study.curve_keys} for c in result.evaluations],
             final_eval_loss=result.evaluations[-1]["eval_loss"] if result.evaluations else None,
             selected_eval_loss=summary.get("eval_loss"),
+            best_eval_loss=min((e["eval_loss"] for e in result.evaluations if "eval_loss" in e), default=None),
         )  # fmt: skip
         return record.to_dict(self.study.score(row, result, plan, data, s))
 
