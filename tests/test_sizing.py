@@ -40,8 +40,9 @@ def test_a_candidate_is_judged_at_the_end_its_own_curve_predicts():
 
 
 def test_from_the_second_rung_a_candidate_is_judged_by_its_two_branches():
-    """The Austen study's GPT at its second rung (docs/lineage/prose): 134k's stable curve predicted the larger
-    further drop and kept it, though 400k's branches were lower and fell faster; by the branches' slope 400k wins."""
+    """An earlier Austen study's GPT at its second rung (docs/lineage/prose's history): 134k's stable curve predicted
+    the larger further drop and kept it, though 400k's branches were lower and fell faster; by the branches' slope
+    400k wins."""
     at, end, earlier_at = 156.0, 619.0, 63.0
     small = sizing.judge(power_curve(3.0, 40.0, 0.5, [20.0 * k for k in range(2, 9)]), 5.0316, at, end,
                          earlier=(earlier_at, 5.3735))  # fmt: skip

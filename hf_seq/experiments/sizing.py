@@ -22,10 +22,15 @@ With too few evaluations for the fit the branch loss alone judges.
 From the second rung on, a candidate has two decay branches, and they measure what the stable curve only suggests:
 the loss the run would end at had its budget stopped at either point. Their slope in log-time, carried on to the
 survivor's end, is the drop that judges it (no fit). The stable curve is read at the peak rate, where a larger model's
-loss is held up more by the rate's noise than a smaller one's, so it says too little about the larger; on the Austen
-study's GPT it kept 134k over a 400k whose two branches fell faster and which, trained as long, did better
-(docs/lineage/prose). The log-time slope overstates the drop (a loss curve flattens in log-time), alike for every
-candidate: the predicted loss ranks the candidates and is an optimistic bound, not a forecast.
+loss is held up more by the rate's noise than a smaller one's, so it says too little about the larger: in an
+earlier run of the Austen study (docs/lineage/prose, in its history) it kept GPT's 134k over a 400k whose two
+branches were lower and fell faster, and twice 134k, trained as long, ended 0.12 nats lower. The log-time slope
+overstates the drop (a loss curve flattens in log-time), alike for every candidate: the predicted loss ranks the
+candidates and is an optimistic bound, not a forecast.
+
+The search chooses too small. In the committed runs (docs/lineage/prose, docs/lineage/translation/budget) all six
+members would have done better at twice their chosen size (0.02 to 0.35 nats per token). For three of them that size
+had been a candidate and left at the first rung, where at 6% of the budget a larger model has barely started.
 
 Every time the judge reads is on the clock of the data it is worth. Past its first epoch a run sees the corpus again,
 and a repeated token teaches less than a fresh one: Muennighoff et al. (2023, "Scaling data-constrained language
