@@ -174,7 +174,7 @@ def _rung_points(record: dict) -> list[tuple | None]:
         best = min(done, key=lambda c: c["branch_loss"], default=None)
         points.append(best and (best["branch_loss"], best["non_embedding_params"],
                                 best["reached"] * (1 + sizing.BRANCH), short(search["unit"])))  # fmt: skip
-    end = {record["non_embedding_params"]: record.get("best_eval_loss") or record["selected_eval_loss"]}
+    end = {record["non_embedding_params"]: study.lowest_loss(record)}
     for label, n in record.get("regret_sizes", {}).items():
         end.setdefault(n, record["regret_losses"][label])
     n, loss = min(end.items(), key=lambda item: item[1])

@@ -655,9 +655,7 @@ class StudyRun:
             row, chosen = self.study.row(record["name"]), record["non_embedding_params"]
             unit = record["search"]["unit"]
             trained = record["seconds"] if unit == "seconds" else record["steps"]
-            # its lowest validation loss, as the half and twice runs (selected by loss) report theirs: a translation
-            # member's scored run keeps its evaluation of highest BLEU, not always its lowest loss
-            losses = {"chosen": record.get("best_eval_loss") or record["selected_eval_loss"]}
+            losses = {"chosen": lowest_loss(record)}
             for label, scale in (("half", 0.5), ("twice", 2.0)):
                 plan = self.plan(row, round(chosen * scale))
                 record.setdefault("regret_sizes", {})[label] = plan.non_embedding
@@ -791,6 +789,14 @@ class StudyRun:
             best_eval_loss=min((e["eval_loss"] for e in result.evaluations if "eval_loss" in e), default=None),
         )  # fmt: skip
         return record.to_dict(self.study.score(row, result, plan, data, s))
+
+
+def lowest_loss(record: dict) -> float:
+    """A scored run's lowest validation loss, as a run selected by loss (a tuning trial's, a regret run's) reports
+    its own: a translation member's scored run keeps its evaluation of highest BLEU, not always its lowest loss
+    (records from before best_eval_loss: the loss kept)."""
+    best = record.get("best_eval_loss")
+    return record["selected_eval_loss"] if best is None else best
 
 
 def copy_run(source: Path, folder: Path) -> None:
