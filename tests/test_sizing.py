@@ -73,6 +73,32 @@ def test_repeated_data_is_worth_less_and_a_candidate_that_repeats_more_is_judged
     assert fresh["predicted_drop"] == pytest.approx(no_rate["predicted_drop"], rel=0.03)  # barely past one epoch
 
 
+def candidate(size: int, branch_loss: float, predicted_loss: float | None = None, reached: float = 62.0, **more):
+    return {"candidate": str(size), "non_embedding_params": size, "branch_loss": branch_loss, "reached": reached,
+            "predicted_loss": branch_loss if predicted_loss is None else predicted_loss, **more}  # fmt: skip
+
+
+def test_a_rung_keeps_the_sizes_nearest_its_leader_grown_to_the_end():
+    """The committed Austen run's LSTM at its first rung (62 s of a survivor's 618): the smallest, 100k, had the lowest
+    branch, and its stable curve predicted it the lowest loss at the end, so 100k and 201k went on; trained for the
+    whole run, 403k beat 201k by 0.044 nats. The compute-optimal size grows about as compute^0.5 (Hoffmann et al.
+    2022): the aim is 100k x (618 / 62)^0.5 = 316k, and 398k and 201k go on."""
+    rung = [candidate(100096, 5.2766, 4.1248), candidate(201180, 5.2887, 4.2136), candidate(398780, 5.3251, 4.2316),
+            candidate(798080, 5.4429, 4.4239)]  # fmt: skip
+    ranked, aim = sizing.rank(rung, 618.0)
+    assert aim["leader"] == "100096" and aim["size"] == pytest.approx(100096 * (618 / 62) ** 0.5)
+    assert [c["candidate"] for c in ranked[:2]] == ["398780", "201180"]
+    # repeated data buys less: a leader that would pass its corpus 30 times by the end aims lower
+    repeating, _ = sizing.rank([c | {"epochs": 3.0} for c in rung], 618.0)
+    assert sizing.aim([c | {"epochs": 3.0} for c in rung], 618.0)["size"] < 0.8 * aim["size"]
+    assert [c["candidate"] for c in repeating[:2]] == ["201180", "398780"]
+    # one size at two learning rates (--tune): the lower predicted loss first; a diverged candidate last
+    tuned = [candidate(200000, 5.0, 4.3, candidate="a"), candidate(200000, 5.1, 4.1, candidate="b"),
+             candidate(400000, math.inf, math.inf, candidate="c")]  # fmt: skip
+    assert [c["candidate"] for c in sizing.rank(tuned, 62.0 * 4)[0]] == ["b", "a", "c"]
+    assert sizing.rank([candidate(1000, math.inf)], 600.0) == ([candidate(1000, math.inf)], None)
+
+
 def test_below_a_members_smallest_shape_it_goes_a_layer_shallower(tmp_path):
     """GPT at three layers of the quick width has ~3,300 non-embedding parameters at its smallest feed-forward: a
     target of 1,500 (a search's quarter, a regret's half) is met with one layer, not by the three-layer minimum."""
@@ -95,9 +121,11 @@ def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_pa
     assert {c["judged_by"] for c in second["candidates"]} == {"branches"}
     assert all(c["earlier_branch"][0] < c["reached"] for c in second["candidates"])
     assert second["kept"] == [str(gpt["non_embedding_params"])] == [search["chosen"]]
-    # the rungs are judged in order of the prediction, and the kept are the best predicted
-    predicted = [c["predicted_loss"] for c in first["candidates"]]
-    assert predicted == sorted(predicted)
+    # the kept are the candidates nearest the size aimed at: the rung's lowest branch loss, grown to the end
+    leader = min(first["candidates"], key=lambda c: c["branch_loss"])
+    assert first["aim"]["leader"] == leader["candidate"] and first["aim"]["growth"] > 1
+    distance = [abs(math.log(c["non_embedding_params"] / first["aim"]["size"])) for c in first["candidates"]]
+    assert distance == sorted(distance) and first["kept"] == [c["candidate"] for c in first["candidates"][:2]]
     # the survivor's run is the candidate's own, continued: its evaluations start inside the first rung
     total = search["budget"]
     assert gpt["curve"][0]["step"] <= sizing.RUNGS[0] * total
@@ -108,7 +136,7 @@ def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_pa
     report = (tmp_path / "lineage.md").read_text()
     assert (
         "## How the sizes were chosen" in report
-        and f"{gpt['non_embedding_params']:,} non-embedding parameters won" in report
+        and f"{gpt['non_embedding_params']:,} non-embedding parameters went on from the last rung" in report
     )
     saved = json.loads((tmp_path / "lineage.json").read_text())
     assert saved["members"][1]["search"]["chosen"] == search["chosen"]
@@ -179,6 +207,6 @@ def test_with_tune_the_search_tries_each_size_at_each_trials_settings(tmp_path):
     sizes = {c["non_embedding_params"] for c in first}
     assert len(first) == 2 * len(sizes)
     assert sorted({c["learning_rate"] for c in first}) == pytest.approx([1.5e-3, 3e-3])  # the two trials' rates
-    winner = min(gpt["search"]["rungs"][-1]["candidates"], key=lambda c: c["predicted_loss"])
+    winner = gpt["search"]["rungs"][-1]["candidates"][0]  # nearest the aim; at one size, the lower predicted loss
     assert gpt["learning_rate"] == winner["learning_rate"] and gpt["search"]["chosen"] == winner["candidate"]
     assert "(lr " in (tmp_path / "lineage.md").read_text()

@@ -54,11 +54,14 @@ def sizing_lines(result: dict) -> list[str]:
         f"Each member's candidates, at {', '.join(f'{x:g}' for x in first['scales'])} times the target, shared its "
         "budget by successive halving: at each rung every candidate still in trained at its peak rate (the stable "
         f"phase of the wsd schedule), then a decay branch of {sizing.BRANCH:.0%} of that on a copy gave the loss it "
-        "would reach if it stopped there; each was judged by that loss less the further drop predicted up to the "
-        "survivor's end: at the first rung by its own stable curve (E + A t^-alpha, fitted to its evaluations), from "
-        "the second on by its two branches' slope in log-time (an optimistic bound, alike for every candidate: it "
-        "ranks them), with the time past a first epoch counted at what repeated data is worth (Muennighoff et al. "
-        "2023); the best went on. The "
+        "would reach if it stopped there. The candidate with the lowest branch loss leads: it is the best size for "
+        "the compute the rung has spent. The survivor will train longer, and the compute-optimal size grows about as "
+        f"the square root of compute (Hoffmann et al. 2022), so the size aimed at is the leader's times (survivor's "
+        f"end / rung)^{sizing.GROWTH:g}, with the time past a first epoch counted at what repeated data is worth "
+        "(Muennighoff et al. 2023); the candidates nearest it in log-size went on. Each candidate's predicted loss "
+        "at the survivor's end (its branch loss less the further drop carried on: at the first rung from its own "
+        "stable curve, E + A t^-alpha, from the second from its two branches' slope in log-time) is shown, and "
+        "decides between candidates of one size at several learning rates (--tune). The "
         f"survivor continued from its own checkpoint to {first['survivor_share']:.0%} of the budget, the rest having "
         "paid for the candidates and branches. Losses are validation nats per token.",
         "",
@@ -94,14 +97,24 @@ def short(unit: str) -> str:
 
 
 def why_chosen(record: dict) -> str:
-    """One line: the winner, its prediction and the runner-up's at the last rung."""
-    last = record["search"]["rungs"][-1]["candidates"]
-    winner, *others = sorted(last, key=lambda c: c["predicted_loss"])
+    """One line: the winner, and why it won the last rung (the size aimed at; in records from before the aim, the
+    lowest predicted loss)."""
+    last = record["search"]["rungs"][-1]
+    winner = next(c for c in last["candidates"] if c["candidate"] == record["search"]["chosen"])
+    reached = f"it reached {record['final_eval_loss']:.4f} after {record['seconds']:.0f} s."
+    aim = last.get("aim")
+    if aim:
+        (leader,) = [c for c in last["candidates"] if c["candidate"] == aim["leader"]]
+        return (
+            f"- {record['title']}: {candidate_cell(winner)} non-embedding parameters went on from the last rung, the "
+            f"nearest to the size aimed at, {aim['size']:,.0f} (the rung's lowest branch loss, "
+            f"{leader['branch_loss']:.4f} at {candidate_cell(leader)}, grown {aim['growth']:.2f} times); {reached}"
+        )
+    others = sorted((c for c in last["candidates"] if c is not winner), key=lambda c: c["predicted_loss"])
     against = f", against {others[0]['predicted_loss']:.4f} at {candidate_cell(others[0])}" if others else ""
     return (
         f"- {record['title']}: {candidate_cell(winner)} non-embedding parameters won the last rung, judged "
-        f"{winner['predicted_loss']:.4f}{against}; it reached {record['final_eval_loss']:.4f} after "
-        f"{record['seconds']:.0f} s."
+        f"{winner['predicted_loss']:.4f}{against}; {reached}"
     )
 
 

@@ -55,6 +55,7 @@ DECAY_FRACTION = 0.2  # the survivor's decay: the last share of its training
 EVALUATIONS_PER_RUNG = 8  # periodic evaluations in a candidate's first rung: its curve's points
 SKIP_FRACTION = 0.25  # a curve's points before this share of its length are left out of the fit (the warm-up's)
 REPETITION = 15.4  # R*: repeated data's decay constant, in epochs (Muennighoff et al. 2023, fitted to their runs)
+GROWTH = 0.5  # the compute-optimal size grows as compute^GROWTH (Hoffmann et al. 2022: a = 0.46 to 0.50)
 
 
 def effective_epochs(epochs: float) -> float:
@@ -128,6 +129,33 @@ def judge(curve: list[tuple[float, float]], branch_loss: float, at: float, end: 
         drop = min(drop, observed * math.log(end / at) / math.log(kept[-1][0] / kept[0][0]))
     return {"branch_loss": branch_loss, "judged_by": "curve", "fit": fit, "predicted_drop": drop,
             "predicted_loss": branch_loss - drop}
+
+
+def aim(judged: list[dict], end: float) -> dict | None:
+    """The size to keep nearest after a rung: the rung's leader (the lowest decay-branch loss: the best size for what
+    it has trained) grown to the survivor's `end` as the compute-optimal size grows, (end / reached)^GROWTH, each time
+    on the leader's effective clock (repeated data buys less). None when every candidate diverged."""
+    done = [j for j in judged if math.isfinite(j.get("branch_loss", math.inf))]
+    if not done:
+        return None
+    leader = min(done, key=lambda j: j["branch_loss"])
+    at, epochs = leader["reached"], leader.get("epochs")
+    clock = effective_clock(epochs / at if epochs and at else None)
+    growth = (clock(end) / clock(at)) ** GROWTH
+    return {"leader": leader["candidate"], "growth": growth, "size": leader["non_embedding_params"] * growth}
+
+
+def rank(judged: list[dict], end: float) -> tuple[list[dict], dict | None]:
+    """(the candidates in the order they go on, the aim): nearest the aimed size in log-size first, and between
+    candidates as near (one size at several learning rates, with --tune) the lower predicted loss; the diverged last."""
+    target = aim(judged, end)
+
+    def order(j: dict) -> tuple:
+        if target is None or not math.isfinite(j.get("branch_loss", math.inf)):
+            return (math.inf, j.get("predicted_loss", math.inf))
+        return (round(abs(math.log(j["non_embedding_params"] / target["size"])), 6), j["predicted_loss"])
+
+    return sorted(judged, key=order), target
 
 
 def _nonnegative_least_squares(columns, target):

@@ -582,12 +582,12 @@ class StudyRun:
         end = share * total
         rungs = []
         for k, (rung, keep) in enumerate(zip(sizing.RUNGS, sizing.KEEP)):
-            judged = sorted((self.rung(row, c, seed, k, rung * total, unit, end) for c in alive),
-                            key=lambda j: j["predicted_loss"])  # fmt: skip
+            judged, aim = sizing.rank([self.rung(row, c, seed, k, rung * total, unit, end) for c in alive], end)
             kept = [j["candidate"] for j in judged[:keep]]
             alive = [c for c in alive if c.name in kept]
-            rungs.append({"at": rung * total, "unit": unit, "candidates": judged, "kept": kept})
-            self.say(f"lineage: {row.name} rung {k + 1}: kept {', '.join(kept)}")
+            rungs.append({"at": rung * total, "unit": unit, "candidates": judged, "kept": kept, "aim": aim})
+            aimed = f" (nearest {aim['size']:,.0f}: {aim['leader']} x {aim['growth']:.2f})" if aim else ""
+            self.say(f"lineage: {row.name} rung {k + 1}: kept {', '.join(kept)}{aimed}")
         chosen = alive[0]
         if self.member_deadline is not None and self.options.seeds == 1:  # the survivor takes what the member has left
             end = chosen.reached + max(1.0, self.member_deadline - time.monotonic() - self.reserve)
