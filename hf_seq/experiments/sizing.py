@@ -7,36 +7,34 @@ Li et al. 2018, Hyperband's inner loop) on rungs of the budget's own clock (seco
 
     rung 1   every candidate trains to RUNGS[0] of the budget at its peak rate (the stable phase of wsd,
              hf_seq.training.schedules), then a decay branch from there (BRANCH of what it trained, on a copy)
-             says what its loss would be had it stopped: the candidates are judged on that, KEEP[0] go on;
+             says what its loss would be had it stopped; KEEP[0] go on (below: which);
     rung 2   the survivors continue from their own checkpoints to RUNGS[1], branch again, KEEP[1] goes on;
     the end  the survivor continues from its checkpoint to the end of what is left of the budget, with the decay
              in its last DECAY_FRACTION: its training is never thrown away, nor is the rungs' compute outside it.
 
-A branch measures the loss at the rung, but the survivor is trained much longer, and a larger model gains more from
-longer training: judged at the rung alone, halving favours the small ("slow to start" read as "worse"). So each
-candidate is judged at the end it would reach: its branch loss less the further drop its own stable curve predicts
-from the rung to the survivor's end, the curve fitted as L(t) = E + A t^-alpha to the candidate's periodic
-evaluations past the warm-up (Domhan et al. 2015 extrapolate learning curves the same way, with more curve families).
-With too few evaluations for the fit the branch loss alone judges.
+Which go on. A rung's branches say which size is best for the compute spent so far: the leader, the lowest branch
+loss. But the survivor trains on to several times that compute, and a larger model gains more from it: kept by the
+rung's losses alone, halving favours the small ("slow to start" read as "worse"). The compute-optimal size grows about
+as compute^0.5 (Hoffmann et al. 2022: a = 0.46 to 0.50 by their three methods), so a rung aims at the leader's size
+times (survivor's end / rung)^GROWTH, and the candidates nearest that size in log-size go on (`aim`, `rank`).
 
-From the second rung on, a candidate has two decay branches, and they measure what the stable curve only suggests:
-the loss the run would end at had its budget stopped at either point. Their slope in log-time, carried on to the
-survivor's end, is the drop that judges it (no fit). The stable curve is read at the peak rate, where a larger model's
-loss is held up more by the rate's noise than a smaller one's, so it says too little about the larger: in an
-earlier run of the Austen study (docs/lineage/prose, in its history) it kept GPT's 134k over a 400k whose two
-branches were lower and fell faster, and twice 134k, trained as long, ended 0.12 nats lower. The log-time slope
-overstates the drop (a loss curve flattens in log-time), alike for every candidate: the predicted loss ranks the
-candidates and is an optimistic bound, not a forecast.
-
-The search chooses too small. In the committed runs (docs/lineage/prose, docs/lineage/translation/budget) all six
-members would have done better at twice their chosen size (0.02 to 0.35 nats per token). For three of them that size
-had been a candidate and left at the first rung, where at 6% of the budget a larger model has barely started.
-
-Every time the judge reads is on the clock of the data it is worth. Past its first epoch a run sees the corpus again,
+Every time the aim reads is on the clock of the data it is worth. Past its first epoch a run sees the corpus again,
 and a repeated token teaches less than a fresh one: Muennighoff et al. (2023, "Scaling data-constrained language
 models", eq. 5) fit the effective data of U unique tokens seen 1 + R times as U (1 + R* (1 - exp(-R / R*))), with
-R* = 15.4. A small candidate that would run many epochs by the survivor's end is judged on the effective data it
-would have seen, not on its seconds; a run inside its first epoch is unchanged.
+R* = 15.4. A leader that would read its corpus many times by the survivor's end has less effective compute ahead of
+it, and aims lower; a run inside its first epoch is unchanged.
+
+Why the aim, and not a prediction of each candidate's own end. The search first kept the lowest predicted loss at
+the survivor's end: each candidate's branch loss less the drop its stable curve, L(t) = E + A t^-alpha fitted to its
+periodic evaluations (Domhan et al. 2015 extrapolate learning curves the same way), or from the second rung its two
+branches' slope in log-time, carried on (`judge`). In the committed runs it chose too small: all six members of the
+Austen and time-budget translation studies (docs/lineage/prose and docs/lineage/translation/budget, in their history)
+would have done better at twice their chosen size (0.02 to 0.35 nats per token), and for three of them that size had
+been a candidate and left at the first rung: 6% of the budget is too little of a larger model's curve to extrapolate
+it. Replayed on those runs' rungs, the aim keeps the larger size the regret measured better wherever it was a
+candidate: the LSTM's 398k, Bahdanau's 400k and Luong's 796k at the first rung, GPT's and the Transformer's 800k at the
+second. The prediction is
+still computed and reported, and decides between candidates of one size at several learning rates (--tune).
 
 Why not Optuna's pruners: its successive-halving and Hyperband pruners are asynchronous (ASHA): each trial runs to
 the end unless a rung prunes it, so on one machine, trials one after another, the first runs the whole budget before
