@@ -28,7 +28,7 @@ Why the aim, and not a prediction of each candidate's own end. The search first 
 the survivor's end: each candidate's branch loss less the drop its stable curve, L(t) = E + A t^-alpha fitted to its
 periodic evaluations (Domhan et al. 2015 extrapolate learning curves the same way), or from the second rung its two
 branches' slope in log-time, carried on (`judge`). In the committed runs it chose too small: all six members of the
-Austen and time-budget translation studies (docs/lineage/prose and docs/lineage/translation/budget, in their history)
+Austen and time-budget translation studies (docs/lineage/prose, in its history, and docs/lineage/translation/budget)
 would have done better at twice their chosen size (0.02 to 0.35 nats per token), and for three of them that size had
 been a candidate and left at the first rung: 6% of the budget is too little of a larger model's curve to extrapolate
 it. Replayed on those runs' rungs, the aim keeps the larger size the regret measured better wherever it was a
