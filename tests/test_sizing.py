@@ -79,10 +79,10 @@ def candidate(size: int, branch_loss: float, predicted_loss: float | None = None
 
 
 def test_a_rung_keeps_the_sizes_nearest_its_leader_grown_to_the_end():
-    """The committed Austen run's LSTM at its first rung (62 s of a survivor's 618): the smallest, 100k, had the lowest
-    branch, and its stable curve predicted it the lowest loss at the end, so 100k and 201k went on; trained for the
-    whole run, 403k beat 201k by 0.044 nats. The compute-optimal size grows about as compute^0.5 (Hoffmann et al.
-    2022): the aim is 100k x (618 / 62)^0.5 = 316k, and 398k and 201k go on."""
+    """The previous Austen run's LSTM (docs/lineage/prose's history) at its first rung (62 s of a survivor's 618): 100k,
+    the smallest, had the lowest branch, and its stable curve predicted it the lowest loss at the end, so 100k and
+    201k went on; trained for the whole run, 403k beat 201k by 0.044 nats. The compute-optimal size grows about as
+    compute^0.5 (Hoffmann et al. 2022): the aim is 100k x (618 / 62)^0.5 = 316k, and 398k and 201k go on."""
     rung = [candidate(100096, 5.2766, 4.1248), candidate(201180, 5.2887, 4.2136), candidate(398780, 5.3251, 4.2316),
             candidate(798080, 5.4429, 4.4239)]  # fmt: skip
     ranked, aim = sizing.rank(rung, 618.0)
