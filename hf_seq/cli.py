@@ -566,9 +566,14 @@ def add_lineage_parser(commands) -> None:
     )
     p.add_argument(
         "--regret",
-        action="store_true",
-        help="also train each member at half and twice its chosen size "
-        "for the chosen run's training, and report the choice's regret (after the study: not in its time)",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        metavar="SEEDS",
+        help="also train each member at half and twice its chosen size for the chosen run's training, and report the "
+        "choice's regret (after the study: not in its time); with SEEDS > 1, every size at that many seeds (the "
+        "chosen size's first is the searched run) and the regret of the means",
     )
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
     p.add_argument(

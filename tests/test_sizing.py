@@ -210,3 +210,39 @@ def test_with_tune_the_search_tries_each_size_at_each_trials_settings(tmp_path):
     winner = gpt["search"]["rungs"][-1]["candidates"][0]  # nearest the aim; at one size, the lower predicted loss
     assert gpt["learning_rate"] == winner["learning_rate"] and gpt["search"]["chosen"] == winner["candidate"]
     assert "(lr " in (tmp_path / "lineage.md").read_text()
+
+
+def test_regret_at_several_seeds_reuses_the_finished_study_and_compares_the_means(tmp_path):
+    """--regret N: half, chosen and twice at N seeds (the chosen's first is its searched run); the same command again
+    on a finished study's folder trains only the regret runs it lacks."""
+    # under a time budget a study run again would allot its seconds afresh and train everything again
+    args = dict(quick=True, output_dir=tmp_path, members=("gpt",), study_seconds=12, threads=1, progress=False)
+    first = lineage.run(regret=True, **args)
+    scored = (tmp_path / "gpt" / "model.safetensors").stat().st_mtime_ns
+    again = lineage.run(regret=2, **args)
+    (one,), (two,) = first["members"], again["members"]
+    assert (tmp_path / "gpt" / "model.safetensors").stat().st_mtime_ns == scored  # the study: not trained again
+    assert two["search"] == one["search"] and again["elapsed_seconds"] == first["elapsed_seconds"]
+    assert two["regret_seeds"] == [0, 1]
+    seeds = two["regret_seed_losses"]
+    assert seeds["chosen"][0] == one["regret_losses"]["chosen"]  # the searched run
+    assert seeds["half"][0] == one["regret_losses"]["half"] and seeds["twice"][0] == one["regret_losses"]["twice"]
+    assert seeds["chosen"][1] != seeds["chosen"][0]  # seed 1: the chosen size trained again from the start
+    means = {label: sum(v) / 2 for label, v in seeds.items()}
+    assert two["regret_losses"] == pytest.approx(means)
+    assert two["regret"] == pytest.approx(means["chosen"] - min(means.values()))
+    assert (tmp_path / "regret" / "gpt-chosen-seed1").is_dir() and not (tmp_path / "regret" / "gpt-chosen-seed0").exists()
+    report = (tmp_path / "lineage.md").read_text()
+    assert f"{means['half']:.4f} ({min(seeds['half']):.4f}-{max(seeds['half']):.4f})" in report
+    assert "trained at 2 seeds" in report
+
+
+def test_regret_is_refused_where_no_size_was_chosen(tmp_path):
+    with pytest.raises(ValueError, match="--regret measures the size --sizes auto chose, got --sizes"):
+        lineage.run(quick=True, output_dir=tmp_path, sizes=[1000], budget_seconds=5, regret=True)
+    with pytest.raises(ValueError, match="--regret takes a number of seeds >= 1"):
+        lineage.run(quick=True, output_dir=tmp_path, budget_seconds=5, regret=-1)
+    from hf_seq.cli import build_parser
+
+    parse = lambda *extra: build_parser().parse_args(["lineage", *extra]).regret  # noqa: E731
+    assert (parse(), parse("--regret"), parse("--regret", "3")) == (0, 1, 3)

@@ -125,21 +125,33 @@ def regret_cell(record: dict, label: str) -> str:
     if label != "chosen" and n == chosen:  # the member's smallest (largest) shape: nothing else to train
         return f"{n:,}: no other shape (the chosen run)"
     loss = record["regret_losses"][label]
-    return f"{n:,}, {loss:.4f}" if math.isfinite(loss) else f"{n:,}, diverged"
+    if not math.isfinite(loss):
+        return f"{n:,}, diverged"
+    values = record.get("regret_seed_losses", {}).get(label, [])
+    spread = f" ({min(values):.4f}-{max(values):.4f})" if len(values) > 1 else ""
+    return f"{n:,}, {loss:.4f}{spread}"
 
 
 def regret_lines(searched: list[dict]) -> list[str]:
-    """--regret: the chosen size's validation loss against half and twice it, each trained as long."""
+    """--regret: the chosen size's validation loss against half and twice it, each trained as long (with --regret N,
+    the means over N seeds, and their range)."""
     measured = [r for r in searched if "regret" in r]
     if not measured:
         return []
+    seeds = max(len(r.get("regret_seeds", [0])) for r in measured)
+    over = (
+        f" Each size was trained at {seeds} seeds (the chosen size's first is its searched run, the others from the "
+        "start): each cell is the mean, with the range, and the regret compares the means."
+        if seeds > 1
+        else ""
+    )
     lines = [
         "",
         "### The choice measured: regret",
         "",
         "Each member trained again from the start at half and twice its chosen size, for as long as the chosen run "
         "trained (the same wsd schedule); the regret is the chosen run's validation loss less the best of the three "
-        "(0: the choice was the best of them).",
+        f"(0: the choice was the best of them).{over}",
         "",
         "| member | half: N, loss | chosen: N, loss | twice: N, loss | regret (nats per token) |",
         "|---|---|---|---|---:|",
@@ -187,7 +199,7 @@ def _rung_points(record: dict) -> list[tuple | None]:
         best = min(done, key=lambda c: c["branch_loss"], default=None)
         points.append(best and (best["branch_loss"], best["non_embedding_params"],
                                 best["reached"] * (1 + sizing.BRANCH), short(search["unit"])))  # fmt: skip
-    end = {record["non_embedding_params"]: study.lowest_loss(record)}
+    end = {record["non_embedding_params"]: record.get("regret_losses", {}).get("chosen", study.lowest_loss(record))}
     for label, n in record.get("regret_sizes", {}).items():
         end.setdefault(n, record["regret_losses"][label])
     n, loss = min(end.items(), key=lambda item: item[1])

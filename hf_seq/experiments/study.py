@@ -119,7 +119,7 @@ class Options:
     budget_seconds: float | None = None
     budget_flops: float | None = None
     study_seconds: float | None = None  # the whole study's seconds, shared by its members (data and n-gram included)
-    regret: bool = False  # also train each searched member at half and twice its chosen size: the choice's regret
+    regret: int = 0  # N: also train each searched member at half and twice its chosen size, N seeds: the regret
     members: tuple | None = None  # None: every member
     sizes: list | str | None = None  # "auto": chosen by the budget (the default under seconds or FLOPs); None: target
     seeds: int = 1
@@ -386,7 +386,7 @@ class Study:
         s = self.settings_for(options.quick, options.set)
         members = tuple(options.members or self.members)
         given, sizes = check_arguments(members, self.members, options.budgets, options.seeds, options.tune,
-                                       options.sizes, s.target, self.name)  # fmt: skip
+                                       options.sizes, s.target, self.name, int(options.regret))  # fmt: skip
         if options.study_seconds:  # a first guess of a member's seconds (for dropout); each is allotted as it starts
             given = {"seconds": options.study_seconds / max(1, sum(self.row(m).family is not None for m in members))}
         output_dir = Path(options.output_dir)
@@ -398,37 +398,50 @@ class Study:
             s.budget_tokens = given["tokens"]
         deadline = started + options.study_seconds if options.study_seconds else None
         loop = StudyRun(self, s, data, given, options, output_dir, say, deadline)
-        records = loop.train_all(members, sizes)
-        elapsed = time.monotonic() - started
-        result = self.write_result(options, data, s, given, sizes, records, elapsed, load_before)
+        head = self.head(options, data, s, given, sizes)
+        saved = finished_study(output_dir, head, members)
+        if saved is None:
+            records = loop.train_all(members, sizes)
+            elapsed, machine_text = time.monotonic() - started, machine(load_before)
+            result = self.write_result(options, data, s, head, records, elapsed, machine_text)
+        else:  # the same command again: the study had finished (the regret runs after it may not have)
+            say(f"lineage: {output_dir / 'lineage.json'} holds this very study, finished: its records are reused")
+            records, elapsed, machine_text = saved["members"], saved["elapsed_seconds"], saved["machine"]
         if options.regret:  # a measurement of the study's choices, after it (and its report): not in its seconds
             loop.regret(records)
-            result = self.write_result(options, data, s, given, sizes, records, elapsed, load_before)
-        return result
+            result = self.write_result(options, data, s, head, records, elapsed, machine_text)
+        return result if saved is None or options.regret else saved
 
-    def write_result(self, options, data, s, given, sizes, records, elapsed, load_before) -> dict:
+    def head(self, options, data, s, given, sizes) -> dict:
+        """What names a study in lineage.json: its task, data, budget, tuning, seeds, sizes and settings (as JSON
+        reads them back)."""
+        return json.loads(json.dumps({
+            "task": self.name, "corpus": data.corpus_name, "quick": options.quick, **data.names,
+            "vocab_size": data.vocab_size, "width": s.width, "train_tokens": data.train_tokens,
+            "budget": budget_text(given, s.budget_tokens, self.budget_unit, options.study_seconds),
+            "budget_tokens": s.budget_tokens if "tokens" in given or not given else None,
+            "budget_seconds": options.budget_seconds, "budget_flops": options.budget_flops,
+            "study_seconds": options.study_seconds,
+            "tuning": f"{options.tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
+            if options.tune else "none (the defaults)",
+            "seeds": options.seeds, "sizes": sizes, "settings": dataclasses.asdict(s),
+        }))  # fmt: skip
+
+    def write_result(self, options, data, s, head, records, elapsed, machine_text: str) -> dict:
         """lineage.json, lineage.md and the plots from the records so far; what lineage.json holds."""
         output_dir = Path(options.output_dir)
-        budget = budget_text(given, s.budget_tokens, self.budget_unit, options.study_seconds)
+        budget, sizes = head["budget"], head["sizes"]
         metric = self.metric(data)
-        result = {"task": self.name, "corpus": data.corpus_name, "quick": options.quick} | data.names
-        result |= {"vocab_size": data.vocab_size, "width": s.width, "train_tokens": data.train_tokens}
+        result = {k: head[k] for k in ("task", "corpus", "quick", *data.names, "vocab_size", "width", "train_tokens")}
         result |= self.describe(data, s, records)
         result |= {
             "budget": budget,
-            "budget_tokens": s.budget_tokens if "tokens" in given or not given else None,
-            "budget_seconds": options.budget_seconds,
-            "budget_flops": options.budget_flops,
-            "study_seconds": options.study_seconds,
+            **{k: head[k] for k in ("budget_tokens", "budget_seconds", "budget_flops", "study_seconds")},
             "elapsed_seconds": elapsed,  # the study's own time: data, n-gram, searches and scored runs (no regret)
-            "tuning": f"{options.tune} trials per member at {TUNE_FRACTION:g} of the budget, chosen on validation loss"
-            if options.tune
-            else "none (the defaults)",
-            "seeds": options.seeds,
-            "sizes": sizes,
+            **{k: head[k] for k in ("tuning", "seeds", "sizes")},
             "metric": metric,
-            "machine": machine(load_before),
-            "settings": dataclasses.asdict(s),
+            "machine": machine_text,
+            "settings": head["settings"],
             "members": records,
             "summary": summarize(records, metric),
         }
@@ -647,29 +660,42 @@ class StudyRun:
 
     # ------------------------------------------------------------------------------------------ the regret
     def regret(self, records: list[dict]) -> None:
-        """--regret: each searched member also trained from the start at half and twice its chosen size for the
-        chosen run's training; the regret is the chosen run's validation loss less the best of the three."""
+        """--regret N: each searched member also trained from the start at half and twice its chosen size for the
+        chosen run's training, at N seeds: the record's and N - 1 the study does not use, at which the chosen size
+        too is trained from the start (its first is the searched run). The regret is the chosen size's mean
+        validation loss less the best of the three means."""
         for record in records:
             if "search" not in record:
                 continue
             row, chosen = self.study.row(record["name"]), record["non_embedding_params"]
             unit = record["search"]["unit"]
             trained = record["seconds"] if unit == "seconds" else record["steps"]
-            losses = {"chosen": lowest_loss(record)}
-            for label, scale in (("half", 0.5), ("twice", 2.0)):
+            seeds = [record["seed"] + self.options.seeds * k for k in range(int(self.options.regret))]
+            measured = {}
+            for label, scale in (("chosen", 1.0), ("half", 0.5), ("twice", 2.0)):
                 plan = self.plan(row, round(chosen * scale))
-                record.setdefault("regret_sizes", {})[label] = plan.non_embedding
-                if plan.non_embedding == chosen:  # the member has no smaller (or larger) shape: the chosen run itself
-                    losses[label] = losses["chosen"]
+                if label != "chosen":
+                    record.setdefault("regret_sizes", {})[label] = plan.non_embedding
+                if label != "chosen" and plan.non_embedding == chosen:  # no smaller (larger) shape: the chosen's
+                    measured[label] = measured["chosen"]
                     self.say(f"lineage: regret: {row.name} has no shape at {scale:g}x its chosen size; not trained")
                     continue
-                folder = self.output_dir / "regret" / f"{row.name}-{label}-seed{record['seed']}"
-                self.say(f"lineage: regret: {row.name} at {plan.non_embedding:,} for {trained:.0f} {unit}")
-                got = self.train(row, plan, {"learning_rate": record["learning_rate"], "dropout": record["dropout"]},
-                                 record["seed"], folder, round(trained) if unit == "steps" else None,
-                                 trained if unit == "seconds" else None, False)  # fmt: skip
-                losses[label] = got["eval_loss"] if "diverged" not in got else math.inf
-            record["regret_losses"] = losses
+                measured[label] = [lowest_loss(record)] if label == "chosen" else []
+                for seed in seeds[len(measured[label]):]:
+                    folder = self.output_dir / "regret" / f"{row.name}-{label}-seed{seed}"
+                    self.say(f"lineage: regret: {row.name} at {plan.non_embedding:,} for {trained:.0f} {unit}, "
+                             f"seed {seed}")  # fmt: skip
+                    got = self.train(row, plan, {"learning_rate": record["learning_rate"],
+                                                 "dropout": record["dropout"]}, seed, folder,
+                                     round(trained) if unit == "steps" else None,
+                                     trained if unit == "seconds" else None, False)  # fmt: skip
+                    measured[label].append(got["eval_loss"] if "diverged" not in got else math.inf)
+            losses = {label: sum(values) / len(values) for label, values in measured.items()}
+            record["regret_losses"] = {label: losses[label] for label in ("chosen", "half", "twice")}
+            record.pop("regret_seeds", None), record.pop("regret_seed_losses", None)  # an earlier --regret N's
+            if len(seeds) > 1:
+                record["regret_seeds"] = seeds
+                record["regret_seed_losses"] = {label: measured[label] for label in ("chosen", "half", "twice")}
             record["regret"] = losses["chosen"] - min(losses.values())
 
     def tune(self, row: Member, plan: Plan, target: int) -> tuple[list[dict], dict]:
@@ -827,7 +853,8 @@ def matched_size_of(row: Member, s, vocab_size: int, auto_class: str, target: in
 
 
 # ---------------------------------------------------------------------------------------------- arguments
-def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, sizes, target: int, task: str) -> list:
+def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, sizes, target: int, task: str,
+                    regret: int = 0) -> list:  # fmt: skip
     """The budget actually given ({kind: value}: at most one of tokens, seconds, flops) and the sizes; refuses
     anything else with a message that names the option, the value and what is allowed."""
     given = {k: v for k, v in budgets.items() if v is not None}  # 0 is refused below, not ignored
@@ -847,8 +874,16 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
             )
     if seeds < 1 or tune < 0:
         raise InvalidValueError(f"lineage: --seeds must be >= 1 and --tune >= 0, got {seeds} and {tune}")
+    if regret < 0:
+        raise InvalidValueError(f"lineage: --regret takes a number of seeds >= 1 (or nothing: 1), got {regret}")
     timed = bool({"seconds", "flops", "study"} & given.keys())
-    if sizes == AUTO or (sizes is None and timed):  # under a seconds or FLOPs budget the size follows the budget
+    auto = sizes == AUTO or (sizes is None and timed)
+    if regret and not auto:
+        raise InvalidValueError(
+            f"lineage: --regret measures the size --sizes auto chose, got --sizes {sizes or 'the default (the target)'}"
+            " (use --sizes auto with --budget-seconds, --study-seconds or --budget-flops)"
+        )
+    if auto:  # under a seconds or FLOPs budget the size follows the budget
         if not timed:
             raise InvalidValueError(
                 "lineage: --sizes auto needs a --budget-seconds, --study-seconds or --budget-flops (a token budget "
@@ -860,6 +895,18 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
     if any(size <= 0 for size in sizes):
         raise InvalidValueError(f"lineage: --sizes must be positive parameter counts, got {sizes}")
     return given, sizes
+
+
+def finished_study(output_dir: Path, head: dict, members) -> dict | None:
+    """The lineage.json in `output_dir` when it holds this very study (`head`, the same members), finished (it is
+    written once every member is trained), else None."""
+    path = output_dir / "lineage.json"
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = all(saved.get(k) == v for k, v in head.items())
+    return saved if same and {m["name"] for m in saved.get("members", [])} == set(members) else None
 
 
 def budget_text(given: dict, budget_tokens: int, unit: str = "training tokens", study_seconds=None) -> str:
