@@ -879,10 +879,10 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
     timed = bool({"seconds", "flops", "study"} & given.keys())
     auto = sizes == AUTO or (sizes is None and timed)
     if regret and not auto:
-        raise InvalidValueError(
-            f"lineage: --regret measures the size --sizes auto chose, got --sizes {sizes or 'the default (the target)'}"
-            " (use --sizes auto with --budget-seconds, --study-seconds or --budget-flops)"
-        )
+        why = (f"got --sizes {','.join(map(str, sizes))}" if sizes else
+               "and a token budget (the default) trains the target size, chooses none")  # fmt: skip
+        raise InvalidValueError(f"lineage: --regret measures the size --sizes auto chose, {why}; use --sizes auto "
+                                "with --budget-seconds, --study-seconds or --budget-flops")  # fmt: skip
     if auto:  # under a seconds or FLOPs budget the size follows the budget
         if not timed:
             raise InvalidValueError(
