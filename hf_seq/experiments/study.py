@@ -898,8 +898,10 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
 
 
 def finished_study(output_dir: Path, head: dict, members) -> dict | None:
-    """The lineage.json in `output_dir` when it holds this very study (`head`, the same members), finished (it is
-    written once every member is trained), else None."""
+    """The lineage.json in `output_dir` when it holds this very study (`head`: the same task, data files' names and
+    token counts, budget, tuning, seeds, sizes and settings; the same members), finished (it is written once every
+    member is trained), else None. The runs inside are reused only where their recipes are the same too (the data
+    paths as given: the same command from the same folder)."""
     path = output_dir / "lineage.json"
     try:
         saved = json.loads(path.read_text())
