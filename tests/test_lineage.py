@@ -194,11 +194,17 @@ def test_the_same_command_again_reuses_the_finished_runs(study, capsys):
     trained again, and give the same figures."""
     out, result = study
     kwargs = json.loads((out / "lineage.json").read_text())
-    again = lineage.run(
+    command = dict(
         quick=True, output_dir=out, corpus=str(out.parent / "train.txt"), validation=str(out.parent / "valid.txt"),
         test=str(out.parent / "test.txt"), members=("ngram", "gpt", "lstm"), sizes=[3000, 6000], seeds=2, tune=2,
         budget_flops=FLOPS, progress=True,
     )  # fmt: skip
+    finished = lineage.run(**command)  # the study had finished: its lineage.json is the answer
+    printed = capsys.readouterr().out
+    assert "holds this very study, finished: its records are reused" in printed and "training:" not in printed
+    assert finished == kwargs
+    (out / "lineage.json").unlink()  # as if it had stopped before its end: every run is reused, one by one
+    again = lineage.run(**command)
     printed = capsys.readouterr().out
     assert printed.count("reused") == 2 * 2 * (2 + 2) and "training:" not in printed
     assert [r["test_bits_per_byte"] for r in again["members"]] == [r["test_bits_per_byte"] for r in result["members"]]
