@@ -132,7 +132,8 @@ def test_a_parallel_corpus_with_its_own_columns_and_the_same_command_again(tmp_p
         assert all(isinstance(r[key], kind) for key, kind in FIELDS.items()), r["name"]
     capsys.readouterr()
     main(command)  # a study started again trains nothing it has finished
-    assert capsys.readouterr().out.count("reused") == 2
+    printed = capsys.readouterr().out
+    assert "holds this very study, finished: its records are reused" in printed and "training:" not in printed
     again = json.loads((out / "lineage.json").read_text())
     assert [r["test_bleu"] for r in again["members"]] == [r["test_bleu"] for r in result["members"]]
 
