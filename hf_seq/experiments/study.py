@@ -692,7 +692,8 @@ class StudyRun:
                     measured[label].append(got["eval_loss"] if "diverged" not in got else math.inf)
             losses = {label: sum(values) / len(values) for label, values in measured.items()}
             record["regret_losses"] = {label: losses[label] for label in ("chosen", "half", "twice")}
-            record.pop("regret_seeds", None), record.pop("regret_seed_losses", None)  # an earlier --regret N's
+            for key in ("regret_seeds", "regret_seed_losses"):  # an earlier --regret N's, measured again
+                record.pop(key, None)
             if len(seeds) > 1:
                 record["regret_seeds"] = seeds
                 record["regret_seed_losses"] = {label: measured[label] for label in ("chosen", "half", "twice")}
