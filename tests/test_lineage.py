@@ -361,7 +361,8 @@ def test_set_names_a_wrong_setting_or_knob_in_one_line(tmp_path, capsys):
 
     for argument, message in (
         ("widht=3", "--set widht: not a setting of the language_model lineage"),
-        ("gru.layerz=3", "--set gru.layerz: gru has no knob 'layerz'; its knobs: ['layers']"),
+        ("gru.layerz=3", "--set gru.layerz: gru has no knob 'layerz'; its knobs: layers"),
+        ("ssm.layers=3", "--set ssm.layers: ssm has no knob 'layers'; its knobs: none"),  # its depth is sized
         ("width=abc", "'--set width': expected int, got 'abc'"),
     ):
         with pytest.raises(SystemExit):

@@ -335,7 +335,7 @@ class Study:
         for knob, value in values.items():
             if knob not in own:
                 raise InvalidValueError(
-                    f"--set {member}.{knob}: {member} has no knob {knob!r}; its knobs: {sorted(own)}"
+                    f"--set {member}.{knob}: {member} has no knob {knob!r}; its knobs: {', '.join(sorted(own)) or 'none'}"
                 )
             own[knob] = check_value(f"{member}.{knob}", value, type(own[knob]))
 
