@@ -332,6 +332,29 @@ def test_a_seconds_budget_turns_dropout_on_when_the_measured_speed_passes_an_epo
     assert long.past_epoch and long.steps is None and not short.past_epoch
 
 
+def test_a_members_step_is_timed_on_the_threads_its_runs_train_on(monkeypatch):
+    # timed on every core, then trained on --threads 1, a member's planned speed (and so its dropout) was not its own
+    from hf_seq.experiments import study
+
+    threads = []
+    monkeypatch.setattr(study, "seconds_per_step", lambda model, batch: threads.append(torch.get_num_threads()) or 1.0)
+    s = lineage.LINEAGE.settings_for(quick=True)
+    data = types.SimpleNamespace(
+        prepared=types.SimpleNamespace(tokenizer=range(320)), vocab_size=320, tokens_per_step=s.batch_size * s.block_size,
+        train_tokens=10_000,
+    )  # fmt: skip
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        options = study.Options(threads=1)
+        study.StudyRun(lineage.LINEAGE, s, data, {"seconds": 10.0}, options, Path("."), print).plan(
+            lineage.LINEAGE.row("gpt"), 6000
+        )
+        assert threads == [1] and torch.get_num_threads() == 2  # the study's own thread count is left as it was
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_member_added_as_one_row_trains_in_the_quick_lineage(tmp_path, monkeypatch, capsys):
     """A new member is one `Member` row: its name, title, family, config function and knobs. The command's help
     and choices come from the rows, `--set` reaches its knobs, and it is trained and scored like the others."""

@@ -744,8 +744,12 @@ class StudyRun:
         timed = []
 
         def step_time() -> float:  # under a seconds budget: will the member pass an epoch, and so need dropout?
+            from hf_seq.experiments.common import torch_threads
+            from hf_seq.training.runs import choose_threads
+
             batch = self.study.step_batch(self.data, self.s, vocab_size)
-            timed.append(seconds_per_step(self.build(row, size, "cpu", knobs), batch))
+            with torch_threads(choose_threads(self.options.threads)):  # timed as its runs will train (--threads)
+                timed.append(seconds_per_step(self.build(row, size, "cpu", knobs), batch))
             return timed[-1]
 
         steps, past_epoch = plan_steps(self.given, self.s.budget_tokens, flops, self.data.tokens_per_step,
