@@ -571,9 +571,10 @@ def add_lineage_parser(commands) -> None:
         const=1,
         default=0,
         metavar="SEEDS",
-        help="also train each member at half and twice its chosen size for the chosen run's training, and report the "
-        "choice's regret (after the study: not in its time); with SEEDS > 1, every size at that many seeds (the "
-        "chosen size's first is the searched run) and the regret of the means",
+        help="also train each member from the start at half, the same and twice its chosen size for the chosen "
+        "run's training, the three taking turns, and report the choice's regret and what the search cost its "
+        "survivor (after the study: not in its time); with SEEDS > 1, every size at that many seeds and the regret "
+        "of the means",
     )
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
     p.add_argument(

@@ -166,7 +166,7 @@ def test_a_whole_study_budget_holds_within_five_percent_and_regret_is_measured(t
     assert "### The choice measured: regret" in report and "60 s for the whole study" in report
     # who leads at the end: the member whose best measured size (the chosen, half or twice) has the lowest loss
     networks = [r for r in result["members"] if r["name"] != "ngram"]
-    best = {r["title"]: min([r["selected_eval_loss"], *r["regret_losses"].values()]) for r in networks}
+    best = {r["title"]: min(r["regret_losses"].values()) for r in networks}
     (end_row,) = [line for line in report.splitlines() if line.startswith("| the end |")]
     assert end_row.rstrip(" |").endswith(min(best, key=best.get))
     assert f"{min(best.values()):.4f}" in end_row
@@ -195,7 +195,7 @@ def test_the_translation_lineage_sizes_its_members_by_the_same_rule(tmp_path):
         assert r["search"]["chosen"] == str(r["non_embedding_params"]), r["name"]
         # its scored run keeps the evaluation of highest BLEU; the regret compares its lowest validation loss, as
         # the half and twice runs (selected by loss) report theirs
-        assert r["regret_losses"]["chosen"] == min(c["eval_loss"] for c in r["curve"]) <= r["selected_eval_loss"]
+        assert r["searched_loss"] == min(c["eval_loss"] for c in r["curve"]) <= r["selected_eval_loss"]
     report = (tmp_path / "out" / "lineage.md").read_text()
     assert "## How the sizes were chosen" in report
 
@@ -213,28 +213,61 @@ def test_with_tune_the_search_tries_each_size_at_each_trials_settings(tmp_path):
 
 
 def test_regret_at_several_seeds_reuses_the_finished_study_and_compares_the_means(tmp_path):
-    """--regret N: half, chosen and twice at N seeds (the chosen's first is its searched run); the same command again
-    on a finished study's folder trains only the regret runs it lacks."""
+    """--regret N: half, chosen and twice from the start at N seeds; the same command again on a finished study's
+    folder trains only the regret runs it lacks."""
     # under a time budget a study run again would allot its seconds afresh and train everything again
     args = dict(quick=True, output_dir=tmp_path, members=("gpt",), study_seconds=12, threads=1, progress=False)
     first = lineage.run(regret=True, **args)
     scored = (tmp_path / "gpt" / "model.safetensors").stat().st_mtime_ns
+    seed0 = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "regret").glob("*/model.safetensors")}
     again = lineage.run(regret=2, **args)
     (one,), (two,) = first["members"], again["members"]
     assert (tmp_path / "gpt" / "model.safetensors").stat().st_mtime_ns == scored  # the study: not trained again
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "regret").glob("*-seed0/model.safetensors")} == seed0
     assert two["search"] == one["search"] and again["elapsed_seconds"] == first["elapsed_seconds"]
     assert two["regret_seeds"] == [0, 1]
     seeds = two["regret_seed_losses"]
-    assert seeds["chosen"][0] == one["regret_losses"]["chosen"]  # the searched run
-    assert seeds["half"][0] == one["regret_losses"]["half"] and seeds["twice"][0] == one["regret_losses"]["twice"]
+    assert {label: values[0] for label, values in seeds.items()} == one["regret_losses"]  # seed 0's runs, reused
     assert seeds["chosen"][1] != seeds["chosen"][0]  # seed 1: the chosen size trained again from the start
     means = {label: sum(v) / 2 for label, v in seeds.items()}
     assert two["regret_losses"] == pytest.approx(means)
     assert two["regret"] == pytest.approx(means["chosen"] - min(means.values()))
-    assert (tmp_path / "regret" / "gpt-chosen-seed1").is_dir() and not (tmp_path / "regret" / "gpt-chosen-seed0").exists()
+    assert two["search_cost"] == pytest.approx(two["searched_loss"] - seeds["chosen"][0])
     report = (tmp_path / "lineage.md").read_text()
     assert f"{means['half']:.4f} ({min(seeds['half']):.4f}-{max(seeds['half']):.4f})" in report
-    assert "trained at 2 seeds" in report
+    assert "at 2 seeds" in report and f"{two['searched_loss']:.4f}, {two['search_cost']:+.4f}" in report
+
+
+def test_regret_trains_the_three_sizes_from_the_start_taking_turns(tmp_path, monkeypatch):
+    """The chosen size is trained again from the start beside half and twice it, so the regret compares like with
+    like, and the searched run's loss less that run's is the search's cost; the three take turns in slices of their
+    time, each slice continuing its run, so a machine that slows part-way slows the three alike."""
+    from hf_seq.experiments import study
+
+    calls = []
+    train = study.StudyRun.train
+
+    def spy(self, row, plan, settings, seed, folder, steps, seconds, score, **kw):
+        if folder.parent.name == "regret":
+            calls.append((folder.name, steps, kw.get("resume", False), kw.get("decay_fraction")))
+        return train(self, row, plan, settings, seed, folder, steps, seconds, score, **kw)
+
+    monkeypatch.setattr(study.StudyRun, "train", spy)
+    result = lineage.run(quick=True, output_dir=tmp_path, members=("gpt",), budget_flops=5e9, regret=True,
+                         progress=False)  # fmt: skip
+    (gpt,) = result["members"]
+    slices = study.REGRET_SLICES
+    assert [name for name, *_ in calls] == ["gpt-half-seed0", "gpt-chosen-seed0", "gpt-twice-seed0"] * slices
+    trained = gpt["steps"]
+    for k in range(slices):  # slice k of every run: to k/slices of the chosen run's steps, its decay in the last
+        for name, steps, resume, decay in calls[3 * k : 3 * k + 3]:
+            assert steps == round(trained * (k + 1) / slices) and resume == (k > 0), (name, k)
+            assert decay == (sizing.DECAY_FRACTION if k == slices - 1 else 0.0)
+    fresh = json.loads((tmp_path / "regret" / "gpt-chosen-seed0" / "metrics.json").read_text())
+    assert fresh["steps"] == trained and fresh["final_learning_rate"] == pytest.approx(0.0, abs=1e-12)
+    assert gpt["regret_losses"]["chosen"] == pytest.approx(fresh["eval_loss"])  # not the searched run's
+    assert gpt["searched_loss"] == study.lowest_loss(gpt)
+    assert gpt["search_cost"] == pytest.approx(gpt["searched_loss"] - fresh["eval_loss"])
 
 
 def test_regret_is_refused_where_no_size_was_chosen(tmp_path):

@@ -133,32 +133,40 @@ def regret_cell(record: dict, label: str) -> str:
 
 
 def regret_lines(searched: list[dict]) -> list[str]:
-    """--regret: the chosen size's validation loss against half and twice it, each trained as long (with --regret N,
-    the means over N seeds, and their range)."""
+    """--regret: the chosen size's validation loss against half and twice it, each trained from the start as long
+    (with --regret N, the means over N seeds, and their range), and what the search cost its survivor."""
     measured = [r for r in searched if "regret" in r]
     if not measured:
         return []
     seeds = max(len(r.get("regret_seeds", [0])) for r in measured)
-    over = (
-        f" Each size was trained at {seeds} seeds (the chosen size's first is its searched run, the others from the "
-        "start): each cell is the mean, with the range, and the regret compares the means."
-        if seeds > 1
-        else ""
-    )
+    over = f" at {seeds} seeds: each cell is the mean, with the range, and the regret compares the means" if seeds > 1 else ""
+    old = any("search_cost" not in r for r in measured)  # records from before the chosen size was trained again
     lines = [
         "",
         "### The choice measured: regret",
         "",
-        "Each member trained again from the start at half and twice its chosen size, for as long as the chosen run "
-        "trained (the same wsd schedule); the regret is the chosen run's validation loss less the best of the three "
-        f"(0: the choice was the best of them).{over}",
+        "Each member trained again from the start at half, the same and twice its chosen size, for as long as the "
+        f"chosen run trained (the same wsd schedule){over}; the three runs of a seed took turns, in "
+        f"{study.REGRET_SLICES} slices of their time each, so that the machine's speed, which drifts, was the same "
+        "for the three. The regret is the chosen size's validation loss less the best of the three (0: the choice was "
+        "the best of them). The searched run is the one the study scored: continued through the search's rungs, at "
+        "the first seed; its cost is its loss less the chosen size's from the start at that seed.",
         "",
-        "| member | half: N, loss | chosen: N, loss | twice: N, loss | regret (nats per token) |",
-        "|---|---|---|---|---:|",
+        "| member | half: N, loss | chosen: N, loss | twice: N, loss | regret (nats per token) | the searched run: "
+        "loss, cost |",
+        "|---|---|---|---|---:|---|",
     ]
+    if old:
+        lines[4] = (
+            "Each member trained again from the start at half and twice its chosen size, for as long as the chosen "
+            "run trained (the same wsd schedule); the chosen size's first seed is its searched run. The regret is the "
+            "chosen size's validation loss less the best of the three (0: the choice was the best of them)."
+        )
     for r in measured:
         cells = [regret_cell(r, label) for label in ("half", "chosen", "twice")]
-        lines.append(f"| {r['title']} | {' | '.join(cells)} | {r['regret']:.4f} |")
+        cost = r.get("search_cost")
+        searched = f"{study.lowest_loss(r):.4f}, {cost:+.4f}" if cost is not None else "(part of chosen)"
+        lines.append(f"| {r['title']} | {' | '.join(cells)} | {r['regret']:.4f} | {searched} |")
     return lines
 
 

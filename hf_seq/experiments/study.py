@@ -45,6 +45,7 @@ RESERVE = 5.0  # seconds a scored run spends outside its training (setup, test s
 OVERSIZE = 1.25  # a member whose smallest size passes the target by more than this is said to be unmatched
 EPOCH_FOR_DROPOUT = 1.0  # past this many epochs of the training text, dropout is on by default
 DROPOUT_PAST_AN_EPOCH = 0.1
+REGRET_SLICES = 4  # --regret: the three sizes of a seed train in this many slices each, in turn
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Options:
     budget_seconds: float | None = None
     budget_flops: float | None = None
     study_seconds: float | None = None  # the whole study's seconds, shared by its members (data and n-gram included)
-    regret: int = 0  # N: also train each searched member at half and twice its chosen size, N seeds: the regret
+    regret: int = 0  # N: also train each searched member at half, 1 and 2 times its chosen size, N seeds: the regret
     members: tuple | None = None  # None: every member
     sizes: list | str | None = None  # "auto": chosen by the budget (the default under seconds or FLOPs); None: target
     seeds: int = 1
@@ -660,10 +661,13 @@ class StudyRun:
 
     # ------------------------------------------------------------------------------------------ the regret
     def regret(self, records: list[dict]) -> None:
-        """--regret N: each searched member also trained from the start at half and twice its chosen size for the
-        chosen run's training, at N seeds: the record's and N - 1 the study does not use, at which the chosen size
-        too is trained from the start (its first is the searched run). The regret is the chosen size's mean
-        validation loss less the best of the three means."""
+        """--regret N: each searched member trained from the start at half, the same and twice its chosen size, for
+        the chosen run's training, at N seeds (the record's, and N - 1 the study does not use). The regret is the
+        chosen size's mean validation loss less the best of the three means: the choice of size alone, every run
+        alike. The searched run's own loss less the chosen size's from the start, at its seed, is what the search
+        cost its survivor (`search_cost`). The three sizes of a seed train interleaved, in REGRET_SLICES slices of
+        their time in turn (each slice continues its run from its checkpoint), so a machine whose speed drifts
+        within the hour slows the three alike."""
         for record in records:
             if "search" not in record:
                 continue
@@ -671,25 +675,23 @@ class StudyRun:
             unit = record["search"]["unit"]
             trained = record["seconds"] if unit == "seconds" else record["steps"]
             seeds = [record["seed"] + self.options.seeds * k for k in range(int(self.options.regret))]
-            measured = {}
-            for label, scale in (("chosen", 1.0), ("half", 0.5), ("twice", 2.0)):
+            plans = {}
+            for label, scale in (("half", 0.5), ("chosen", 1.0), ("twice", 2.0)):
                 plan = self.plan(row, round(chosen * scale))
-                if label != "chosen":
-                    record.setdefault("regret_sizes", {})[label] = plan.non_embedding
+                record.setdefault("regret_sizes", {})[label] = plan.non_embedding
                 if label != "chosen" and plan.non_embedding == chosen:  # no smaller (larger) shape: the chosen's
-                    measured[label] = measured["chosen"]
                     self.say(f"lineage: regret: {row.name} has no shape at {scale:g}x its chosen size; not trained")
                     continue
-                measured[label] = [lowest_loss(record)] if label == "chosen" else []
-                for seed in seeds[len(measured[label]):]:
-                    folder = self.output_dir / "regret" / f"{row.name}-{label}-seed{seed}"
-                    self.say(f"lineage: regret: {row.name} at {plan.non_embedding:,} for {trained:.0f} {unit}, "
-                             f"seed {seed}")  # fmt: skip
-                    got = self.train(row, plan, {"learning_rate": record["learning_rate"],
-                                                 "dropout": record["dropout"]}, seed, folder,
-                                     round(trained) if unit == "steps" else None,
-                                     trained if unit == "seconds" else None, False)  # fmt: skip
-                    measured[label].append(got["eval_loss"] if "diverged" not in got else math.inf)
+                plans[label] = plan
+            settings = {"learning_rate": record["learning_rate"], "dropout": record["dropout"]}
+            measured = {label: [] for label in plans}
+            for k, seed in enumerate(seeds):
+                self.say(f"lineage: regret: {row.name} at {', '.join(f'{p.non_embedding:,}' for p in plans.values())}"
+                         f" for {trained:.0f} {unit}, seed {seed}, interleaved")  # fmt: skip
+                for label, loss in self.interleaved(row, plans, settings, seed, trained, unit, turn=k).items():
+                    measured[label].append(loss)
+            for label in ("half", "twice"):
+                measured.setdefault(label, measured["chosen"])
             losses = {label: sum(values) / len(values) for label, values in measured.items()}
             record["regret_losses"] = {label: losses[label] for label in ("chosen", "half", "twice")}
             for key in ("regret_seeds", "regret_seed_losses"):  # an earlier --regret N's, measured again
@@ -698,6 +700,37 @@ class StudyRun:
                 record["regret_seeds"] = seeds
                 record["regret_seed_losses"] = {label: measured[label] for label in ("chosen", "half", "twice")}
             record["regret"] = losses["chosen"] - min(losses.values())
+            record["searched_loss"] = lowest_loss(record)
+            fresh = measured["chosen"][0]
+            record["search_cost"] = record["searched_loss"] - fresh if math.isfinite(fresh) else None
+
+    def interleaved(self, row: Member, plans: dict, settings: dict, seed: int, trained: float, unit: str,
+                    turn: int = 0) -> dict:  # fmt: skip
+        """{label: lowest validation loss} of one run per plan, each from the start for `trained` (seconds or
+        steps) on the wsd schedule, trained in REGRET_SLICES slices taken in turn (the order rotated by `turn`, so no
+        size always goes first): its peak rate to the end of each slice, the decay in the last. Runs already finished
+        in their folders are reused."""
+        labels = list(plans)
+        labels = labels[turn % len(labels):] + labels[: turn % len(labels)]
+        folders = {label: self.output_dir / "regret" / f"{row.name}-{label}-seed{seed}" for label in labels}
+
+        def limit(share: float) -> tuple:
+            x = trained * share
+            return (max(1, round(x)), None) if unit == "steps" else (None, x)
+
+        results = {}
+        for label in labels:  # the same command again: a finished run is reused, not sliced again
+            got = self.finished(row, plans[label], settings, seed, folders[label], *limit(1.0))
+            if got is not None:
+                results[label] = got
+        for k in range(1, REGRET_SLICES + 1):
+            last = k == REGRET_SLICES
+            for label in (label for label in labels if label not in results):
+                got = self.train(row, plans[label], settings, seed, folders[label], *limit(k / REGRET_SLICES), False,
+                                 resume=k > 1, decay_fraction=sizing.DECAY_FRACTION if last else 0.0)  # fmt: skip
+                if "diverged" in got or last:
+                    results[label] = got
+        return {label: math.inf if "diverged" in got else got["eval_loss"] for label, got in results.items()}
 
     def tune(self, row: Member, plan: Plan, target: int) -> tuple[list[dict], dict]:
         """(the trials, the settings chosen): the defaults without tuning."""
@@ -768,8 +801,39 @@ class StudyRun:
         run folder copied to `folder` first (`copy_run`), unless `folder` already holds this very run, finished."""
         from hf_seq.training.divergence import DivergenceError
         from hf_seq.training.pretraining import run
-        from hf_seq.training.recipes import load_recipe
         from hf_seq.training.runs import finished_run
+
+        recipe = self.recipe(row, plan, settings, seed, folder, steps, seconds, score, eval_every, decay_fraction)
+        result = finished_run(recipe)
+        if result is None:
+            if copy_from is not None:
+                copy_run(copy_from, folder)
+            try:
+                result = run(recipe, resume=resume, progress=self.options.progress, overwrite=not resume,
+                             prepared=member_data(self.data.prepared, self.data.eval_examples))  # fmt: skip
+            except DivergenceError as error:
+                if score:  # the settings chosen from trials that did not diverge: say so, in one line
+                    raise DivergenceError(f"lineage: {row.name}'s scored run: {error}") from None
+                self.say(f"lineage: {folder.name}: failed, not selected: {error}")
+                failed = {k: 0 if k == "steps" else None for k in self.study.trial_keys}  # no figures to report
+                return failed | {"seconds": 0.0, "curve": [], "evaluations": [], "diverged": str(error)}
+        elif self.options.progress:
+            print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
+        return self.figures(row, plan, settings, recipe, result, score)
+
+    def finished(self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds) -> dict | None:
+        """A run `train` would reuse (the very same recipe, finished in `folder`), as `train` reports it; else None."""
+        from hf_seq.training.runs import finished_run
+
+        recipe = self.recipe(row, plan, settings, seed, folder, steps, seconds, False)
+        result = finished_run(recipe)
+        return None if result is None else self.figures(row, plan, settings, recipe, result, False)
+
+    def recipe(self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool,
+               eval_every: int | None = None, decay_fraction: float = sizing.DECAY_FRACTION):  # fmt: skip
+        """The recipe of one of the study's runs: the shared data and tokenizer (no test split), the member at
+        `plan`'s size with `settings`, on the wsd schedule to `steps` or `seconds`."""
+        from hf_seq.training.recipes import load_recipe
 
         s, data = self.s, self.data
         tree = json.loads(json.dumps(data.recipe.to_dict()))  # the shared recipe, without its test split
@@ -786,22 +850,12 @@ class StudyRun:
         tree["card"] = {"description": f"The {row.title} member of the hf-seq {self.study.title}."}
         for section, keys in self.study.member_recipe(data, s, row, plan, score).items():
             tree[section] |= keys
-        recipe = load_recipe(tree)
-        result = finished_run(recipe)
-        if result is None:
-            if copy_from is not None:
-                copy_run(copy_from, folder)
-            try:
-                result = run(recipe, resume=resume, progress=self.options.progress, overwrite=not resume,
-                             prepared=member_data(data.prepared, data.eval_examples))  # fmt: skip
-            except DivergenceError as error:
-                if score:  # the settings chosen from trials that did not diverge: say so, in one line
-                    raise DivergenceError(f"lineage: {row.name}'s scored run: {error}") from None
-                self.say(f"lineage: {folder.name}: failed, not selected: {error}")
-                failed = {k: 0 if k == "steps" else None for k in self.study.trial_keys}  # no figures to report
-                return failed | {"seconds": 0.0, "curve": [], "evaluations": [], "diverged": str(error)}
-        elif self.options.progress:
-            print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
+        return load_recipe(tree)
+
+    def figures(self, row: Member, plan: Plan, settings: dict, recipe, result, score: bool) -> dict:
+        """What `train` reports of a run: a trial's or a search's `trial_keys`, seconds and evaluations; a scored
+        run's record, scored by the study."""
+        s, data = self.s, self.data
         summary = result.summary
         if not score:
             curve = [(c["step"] * data.tokens_per_step, c["eval_loss"]) for c in result.evaluations]
