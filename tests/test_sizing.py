@@ -268,6 +268,8 @@ def test_regret_trains_the_three_sizes_from_the_start_taking_turns(tmp_path, mon
     assert gpt["regret_losses"]["chosen"] == pytest.approx(fresh["eval_loss"])  # not the searched run's
     assert gpt["searched_loss"] == study.lowest_loss(gpt)
     assert gpt["search_cost"] == pytest.approx(gpt["searched_loss"] - fresh["eval_loss"])
+    # on a steps clock (a FLOPs budget) the survivor, continued through its rungs, is the fresh run step for step
+    assert gpt["search_cost"] == pytest.approx(0.0, abs=1e-4)
 
 
 def test_regret_is_refused_where_no_size_was_chosen(tmp_path):
