@@ -228,6 +228,9 @@ def test_a_run_saved_before_a_recipe_key_existed_is_reused_and_a_changed_one_is_
     reused = finished_run(recipe)
     assert reused.summary == {k: v for k, v in metrics.items() if k not in ("evaluations", "learning_rates")}
     assert reused.evaluations == metrics["evaluations"] and reused.model.config.model_type == "hf_seq_gpt"
+    (folder / "metrics.json").write_text(json.dumps(metrics | {"stopped": {"reason": "diverged", "step": 9}}))
+    assert finished_run(recipe) is None  # a run continued from this one diverged: not a finished run to reuse
+    (folder / "metrics.json").write_text(json.dumps(metrics))
     older["training"]["learning_rate"] *= 2
     (folder / "recipe.json").write_text(json.dumps(older))
     assert finished_run(recipe) is None

@@ -241,20 +241,26 @@ def test_regret_at_several_seeds_reuses_the_finished_study_and_compares_the_mean
 def test_regret_trains_the_three_sizes_from_the_start_taking_turns(tmp_path, monkeypatch):
     """The chosen size is trained again from the start beside half and twice it, so the regret compares like with
     like, and the searched run's loss less that run's is the search's cost; the three take turns in slices of their
-    time, each slice continuing its run, so a machine that slows part-way slows the three alike."""
+    time, each slice continuing its run, so a machine that slows part-way slows the three alike; interrupted, the
+    same command again goes on after the last finished slice."""
     from hf_seq.experiments import study
 
-    calls = []
+    calls, stop_at = [], [7]
     train = study.StudyRun.train
 
     def spy(self, row, plan, settings, seed, folder, steps, seconds, score, **kw):
         if folder.parent.name == "regret":
+            if len(calls) + 1 == stop_at[0]:
+                raise KeyboardInterrupt  # interrupted after two slices of each run
             calls.append((folder.name, steps, kw.get("resume", False), kw.get("decay_fraction")))
         return train(self, row, plan, settings, seed, folder, steps, seconds, score, **kw)
 
     monkeypatch.setattr(study.StudyRun, "train", spy)
-    result = lineage.run(quick=True, output_dir=tmp_path, members=("gpt",), budget_flops=5e9, regret=True,
-                         progress=False)  # fmt: skip
+    args = dict(quick=True, output_dir=tmp_path, members=("gpt",), budget_flops=5e9, regret=True, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        lineage.run(**args)
+    stop_at[0] = None
+    result = lineage.run(**args)  # the same command again: each run goes on from its second slice
     (gpt,) = result["members"]
     slices = study.REGRET_SLICES
     assert [name for name, *_ in calls] == ["gpt-half-seed0", "gpt-chosen-seed0", "gpt-twice-seed0"] * slices
@@ -270,6 +276,21 @@ def test_regret_trains_the_three_sizes_from_the_start_taking_turns(tmp_path, mon
     assert gpt["search_cost"] == pytest.approx(gpt["searched_loss"] - fresh["eval_loss"])
     # on a steps clock (a FLOPs budget) the survivor, continued through its rungs, is the fresh run step for step
     assert gpt["search_cost"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_the_regret_table_reads_earlier_records_and_a_fresh_run_that_diverged():
+    from hf_seq.experiments.lineage_report import regret_lines
+
+    losses = {"chosen": 4.40, "half": 4.38, "twice": 4.50}
+    earlier = {"title": "GPT", "non_embedding_params": 800, "regret_sizes": {"half": 400, "twice": 1600},
+               "regret_losses": losses, "regret": 0.02, "best_eval_loss": 4.40, "selected_eval_loss": 4.40}  # fmt: skip
+    text = "\n".join(regret_lines([earlier]))
+    assert "the chosen size's first seed is its searched run" in text and "took turns" not in text
+    assert "\n\n| member |" in text and "| GPT | 400, 4.3800 | 800, 4.4000 | 1,600, 4.5000 | 0.0200 |" in text
+    text = "\n".join(regret_lines([earlier | {"search_cost": 0.015, "searched_loss": 4.40}]))
+    assert "took turns" in text and "searched run" in text and "| 0.0200 | 4.4000, +0.0150 |" in text
+    text = "\n".join(regret_lines([earlier | {"search_cost": None, "searched_loss": 4.40}]))
+    assert "| 0.0200 | (the chosen from the start diverged) |" in text
 
 
 def test_regret_is_refused_where_no_size_was_chosen(tmp_path):

@@ -157,15 +157,16 @@ def regret_lines(searched: list[dict]) -> list[str]:
         "|---|---|---|---|---:|---|",
     ]
     if old:
-        lines[4] = (
+        lines[3] = (
             "Each member trained again from the start at half and twice its chosen size, for as long as the chosen "
-            "run trained (the same wsd schedule); the chosen size's first seed is its searched run. The regret is the "
-            "chosen size's validation loss less the best of the three (0: the choice was the best of them)."
+            f"run trained (the same wsd schedule){over}; the chosen size's first seed is its searched run. The regret "
+            "is the chosen size's validation loss less the best of the three (0: the choice was the best of them)."
         )
     for r in measured:
         cells = [regret_cell(r, label) for label in ("half", "chosen", "twice")]
-        cost = r.get("search_cost")
-        searched = f"{study.lowest_loss(r):.4f}, {cost:+.4f}" if cost is not None else "(part of chosen)"
+        cost = r.get("search_cost", "old")
+        searched = {"old": "the chosen's first seed", None: "(the chosen from the start diverged)"}.get(cost)
+        searched = searched or f"{study.lowest_loss(r):.4f}, {cost:+.4f}"
         lines.append(f"| {r['title']} | {' | '.join(cells)} | {r['regret']:.4f} | {searched} |")
     return lines
 

@@ -46,6 +46,7 @@ OVERSIZE = 1.25  # a member whose smallest size passes the target by more than t
 EPOCH_FOR_DROPOUT = 1.0  # past this many epochs of the training text, dropout is on by default
 DROPOUT_PAST_AN_EPOCH = 0.1
 REGRET_SLICES = 4  # --regret: the three sizes of a seed train in this many slices each, in turn
+REGRET_NOTE = " A regret run: trained in turns with the other sizes, a slice at a time."
 
 
 @dataclass(frozen=True)
@@ -683,6 +684,9 @@ class StudyRun:
                     self.say(f"lineage: regret: {row.name} has no shape at {scale:g}x its chosen size; not trained")
                     continue
                 plans[label] = plan
+            if plans["chosen"].non_embedding != chosen:
+                self.say(f"lineage: regret: warning: {row.name}'s chosen size trained again has "
+                         f"{plans['chosen'].non_embedding:,} non-embedding parameters, the searched run {chosen:,}")
             settings = {"learning_rate": record["learning_rate"], "dropout": record["dropout"]}
             measured = {label: [] for label in plans}
             for k, seed in enumerate(seeds):
@@ -708,8 +712,8 @@ class StudyRun:
                     turn: int = 0) -> dict:  # fmt: skip
         """{label: lowest validation loss} of one run per plan, each from the start for `trained` (seconds or
         steps) on the wsd schedule, trained in REGRET_SLICES slices taken in turn (the order rotated by `turn`, so no
-        size always goes first): its peak rate to the end of each slice, the decay in the last. Runs already finished
-        in their folders are reused."""
+        size always goes first): its peak rate to the end of each slice, the decay in the last. The same command
+        again reuses a finished run and continues an interrupted one after its last finished slice."""
         labels = list(plans)
         labels = labels[turn % len(labels):] + labels[: turn % len(labels)]
         folders = {label: self.output_dir / "regret" / f"{row.name}-{label}-seed{seed}" for label in labels}
@@ -718,17 +722,24 @@ class StudyRun:
             x = trained * share
             return (max(1, round(x)), None) if unit == "steps" else (None, x)
 
-        results = {}
-        for label in labels:  # the same command again: a finished run is reused, not sliced again
-            got = self.finished(row, plans[label], settings, seed, folders[label], *limit(1.0))
-            if got is not None:
-                results[label] = got
+        def decay(k: int) -> float:
+            return sizing.DECAY_FRACTION if k == REGRET_SLICES else 0.0
+
+        results, done = {}, {}
+        for label in labels:  # the same command again: a run continues after its last finished slice (or is reused)
+            for k in range(REGRET_SLICES, 0, -1):
+                got = self.finished(row, plans[label], settings, seed, folders[label], *limit(k / REGRET_SLICES),
+                                    decay_fraction=decay(k), note=REGRET_NOTE)  # fmt: skip
+                if got is not None:
+                    done[label] = k
+                    if k == REGRET_SLICES:
+                        results[label] = got
+                    break
         for k in range(1, REGRET_SLICES + 1):
-            last = k == REGRET_SLICES
-            for label in (label for label in labels if label not in results):
+            for label in (label for label in labels if label not in results and k > done.get(label, 0)):
                 got = self.train(row, plans[label], settings, seed, folders[label], *limit(k / REGRET_SLICES), False,
-                                 resume=k > 1, decay_fraction=sizing.DECAY_FRACTION if last else 0.0)  # fmt: skip
-                if "diverged" in got or last:
+                                 resume=k > 1, decay_fraction=decay(k), note=REGRET_NOTE)  # fmt: skip
+                if "diverged" in got or k == REGRET_SLICES:
                     results[label] = got
         return {label: math.inf if "diverged" in got else got["eval_loss"] for label, got in results.items()}
 
@@ -792,7 +803,7 @@ class StudyRun:
     def train(
         self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool,
         eval_every: int | None = None, resume: bool = False, decay_fraction: float = sizing.DECAY_FRACTION,
-        copy_from: Path | None = None,
+        copy_from: Path | None = None, note: str = "",
     ):  # fmt: skip
         """One training run through `hf_seq.training.run` (or a finished run of the very same recipe, reused), on the
         wsd schedule: a tuning trial or a search's run reports its `trial_keys`, seconds and evaluations; a final run
@@ -803,7 +814,7 @@ class StudyRun:
         from hf_seq.training.pretraining import run
         from hf_seq.training.runs import finished_run
 
-        recipe = self.recipe(row, plan, settings, seed, folder, steps, seconds, score, eval_every, decay_fraction)
+        recipe = self.recipe(row, plan, settings, seed, folder, steps, seconds, score, eval_every, decay_fraction, note)
         result = finished_run(recipe)
         if result is None:
             if copy_from is not None:
@@ -821,18 +832,21 @@ class StudyRun:
             print(f"lineage: {folder.name}: a finished run of the same recipe is there, reused")
         return self.figures(row, plan, settings, recipe, result, score)
 
-    def finished(self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds) -> dict | None:
+    def finished(self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds,
+                 decay_fraction: float = sizing.DECAY_FRACTION, note: str = "") -> dict | None:  # fmt: skip
         """A run `train` would reuse (the very same recipe, finished in `folder`), as `train` reports it; else None."""
         from hf_seq.training.runs import finished_run
 
-        recipe = self.recipe(row, plan, settings, seed, folder, steps, seconds, False)
+        recipe = self.recipe(row, plan, settings, seed, folder, steps, seconds, False, decay_fraction=decay_fraction,
+                             note=note)  # fmt: skip
         result = finished_run(recipe)
         return None if result is None else self.figures(row, plan, settings, recipe, result, False)
 
     def recipe(self, row: Member, plan: Plan, settings: dict, seed: int, folder: Path, steps, seconds, score: bool,
-               eval_every: int | None = None, decay_fraction: float = sizing.DECAY_FRACTION):  # fmt: skip
+               eval_every: int | None = None, decay_fraction: float = sizing.DECAY_FRACTION, note: str = ""):  # fmt: skip
         """The recipe of one of the study's runs: the shared data and tokenizer (no test split), the member at
-        `plan`'s size with `settings`, on the wsd schedule to `steps` or `seconds`."""
+        `plan`'s size with `settings`, on the wsd schedule to `steps` or `seconds`; `note` ends its card's
+        description (and tells its run apart from one of another kind)."""
         from hf_seq.training.recipes import load_recipe
 
         s, data = self.s, self.data
@@ -847,7 +861,7 @@ class StudyRun:
         tree["training"] |= {"learning_rate": settings["learning_rate"], "warmup_steps": s.warmup_steps}
         tree["training"] |= {"eval_every": eval_every or s.eval_every, "save_every": 10**9, "select_by": "loss"}
         tree["training"] |= {"scheduler": "wsd", "decay_fraction": decay_fraction}
-        tree["card"] = {"description": f"The {row.title} member of the hf-seq {self.study.title}."}
+        tree["card"] = {"description": f"The {row.title} member of the hf-seq {self.study.title}.{note}"}
         for section, keys in self.study.member_recipe(data, s, row, plan, score).items():
             tree[section] |= keys
         return load_recipe(tree)

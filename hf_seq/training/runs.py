@@ -61,7 +61,8 @@ def finished_run(recipe: Recipe, device=None) -> RunResult | None:
     """The run already finished in `recipe.training.output_dir` with exactly this recipe, else None: a study stopped
     part-way and started again with the same command trains only what it had not finished. The saved recipe is read
     through the recipe loader before the comparison, so a run saved before a recipe key existed counts as that key's
-    default (which is what it ran with); damaged weights or an unreadable recipe count as not finished."""
+    default (which is what it ran with); damaged weights, an unreadable recipe or a run continued from it that
+    diverged (its metrics.json says where it stopped) count as not finished."""
     from hf_seq.training.recipes import load_recipe
 
     folder = Path(recipe.training.output_dir)
@@ -69,6 +70,8 @@ def finished_run(recipe: Recipe, device=None) -> RunResult | None:
     if not all((folder / name).exists() for name in needed):
         return None
     try:
+        if "stopped" in json.loads((folder / "metrics.json").read_text()):  # a later run from here diverged
+            return None
         tree = json.loads((folder / "recipe.json").read_text())
         saved = load_recipe(tree, command=tasks.TASKS[tree.get("task") or "causal_lm"].command)
         if saved.to_dict() != recipe.to_dict():
