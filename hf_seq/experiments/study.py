@@ -638,17 +638,20 @@ class StudyRun:
         if k == 0:  # its curve's points: EVALUATIONS_PER_RUNG evaluations in the first rung
             expected = at / plan.step_seconds if unit == "seconds" and plan.step_seconds else at
             candidate.every = max(1, round(expected / sizing.EVALUATIONS_PER_RUNG))
+        # later rungs are judged by their branches, not a curve: they evaluate at the study's cadence, and the seconds
+        # the first rung's would take go to training
+        every = candidate.every if k == 0 else None
         about = {"candidate": candidate.name, "non_embedding_params": plan.non_embedding, "params": plan.params,
                  "knobs": plan.knobs, **settings}  # fmt: skip
         stable = self.train(row, plan, settings, seed, folder, limit(at).get("steps"), limit(at).get("seconds"),
-                            False, eval_every=candidate.every, resume=k > 0, decay_fraction=0.0)  # fmt: skip
+                            False, eval_every=every, resume=k > 0, decay_fraction=0.0)  # fmt: skip
         if "diverged" in stable:
             return about | {"predicted_loss": math.inf, "diverged": True}
         candidate.reached = stable["total_seconds"] if unit == "seconds" else stable["steps"]
         branch_end = candidate.reached * (1 + sizing.BRANCH)
         got = self.train(row, plan, settings, seed, folder.with_name(f"{folder.name}-branch{k + 1}"),
                          limit(branch_end).get("steps"), limit(branch_end).get("seconds"), False,
-                         eval_every=candidate.every, resume=True,
+                         eval_every=every, resume=True,
                          decay_fraction=(branch_end - candidate.reached) / branch_end, copy_from=folder)  # fmt: skip
         key = "seconds" if unit == "seconds" else "step"
         curve = [(c[key], c["eval_loss"]) for c in stable["evaluations"]]
