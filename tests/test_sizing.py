@@ -110,7 +110,9 @@ def test_below_a_members_smallest_shape_it_goes_a_layer_shallower(tmp_path):
 
 
 def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_path):
-    result = lineage.run(quick=True, output_dir=tmp_path, members=("ngram", "gpt"), budget_flops=3e10, progress=False)
+    # evaluations every 5 steps: not a multiple of the first rung's cadence (its curve's 8 points)
+    result = lineage.run(quick=True, output_dir=tmp_path, members=("ngram", "gpt"), budget_flops=3e10, progress=False,
+                         set=["eval_every=5"])  # fmt: skip
     assert result["sizes"] == ["auto"]  # the default under a FLOPs budget
     (gpt,) = [r for r in result["members"] if r["name"] == "gpt"]
     search = gpt["search"]
@@ -129,6 +131,11 @@ def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_pa
     # the survivor's run is the candidate's own, continued: its evaluations start inside the first rung
     total = search["budget"]
     assert gpt["curve"][0]["step"] <= sizing.RUNGS[0] * total
+    # past its first rung (its curve's points) it evaluates at the study's cadence, and where each rung stopped: later
+    # rungs are judged by their branches, not a curve
+    stops = {c["reached"] for rung in search["rungs"] for c in rung["candidates"]} | {gpt["steps"]}
+    later = [point["step"] for point in gpt["curve"] if point["step"] > min(stops) and point["step"] not in stops]
+    assert later and all(step % 5 == 0 for step in later), later
     assert gpt["steps"] == round(sizing.survivor_share(len(first["candidates"])) * total)
     # every candidate's branch is a copy: the candidate's folder went on from its own checkpoint
     folders = sorted(p.name for p in (tmp_path / "search").iterdir())
