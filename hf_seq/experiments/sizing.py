@@ -36,8 +36,8 @@ candidate: the LSTM's 398k, Bahdanau's 400k and Luong's 796k at the first rung, 
 second. In the Austen run made with the aim (docs/lineage/prose), Mamba's and the LSTM's choices were the best of
 half, chosen and twice, and GPT's was one size too large (behind its half by 0.042 nats per token at seed 0, 0.020 at
 seed 1, 0.031 on the two seeds' means); on slower machines its aim overshot again, by 0.036 and 0.016 with the
-three sizes trained from the start in turns, the search's own cost to its survivor (0.017, 0.010) apart. The prediction is
-still computed and reported, and decides between candidates of one size at several learning rates (--tune).
+three sizes trained from the start in turns, the search's own cost to its survivor (0.017, 0.010) apart. The
+prediction is still computed and reported, and decides between candidates of one size at several learning rates (--tune).
 
 Why not Optuna's pruners: its successive-halving and Hyperband pruners are asynchronous (ASHA): each trial runs to
 the end unless a rung prunes it, so on one machine, trials one after another, the first runs the whole budget before

@@ -221,13 +221,12 @@ class Plan:
 @dataclass
 class Candidate:
     """One candidate of a member's size search: its plan and settings, its name (its non-embedding parameters, and
-    its learning rate and dropout when several are tried), how far it has trained and how often it evaluates."""
+    its learning rate and dropout when several are tried), how far it has trained and its last branch."""
 
     plan: Plan
     settings: dict
     tuned: bool = False
     reached: float = 0.0
-    every: int | None = None
     branch: tuple[float, float] | None = None  # (t, loss) of its last decay branch
 
     @property
@@ -635,12 +634,12 @@ class StudyRun:
         judged at `end` (sizing.judge)."""
         plan, settings, folder = candidate.plan, candidate.settings, self.candidate_folder(row, candidate, seed)
         limit = (lambda x: {"seconds": x}) if unit == "seconds" else (lambda x: {"steps": max(1, round(x))})
-        if k == 0:  # its curve's points: EVALUATIONS_PER_RUNG evaluations in the first rung
+        # the first rung's curve: EVALUATIONS_PER_RUNG points; later rungs are judged by their branches, not a curve,
+        # and evaluate at the study's cadence (the seconds denser evaluations would take go to training)
+        every = None
+        if k == 0:
             expected = at / plan.step_seconds if unit == "seconds" and plan.step_seconds else at
-            candidate.every = max(1, round(expected / sizing.EVALUATIONS_PER_RUNG))
-        # later rungs are judged by their branches, not a curve: they evaluate at the study's cadence, and the seconds
-        # the first rung's would take go to training
-        every = candidate.every if k == 0 else None
+            every = max(1, round(expected / sizing.EVALUATIONS_PER_RUNG))
         about = {"candidate": candidate.name, "non_embedding_params": plan.non_embedding, "params": plan.params,
                  "knobs": plan.knobs, **settings}  # fmt: skip
         stable = self.train(row, plan, settings, seed, folder, limit(at).get("steps"), limit(at).get("seconds"),
