@@ -545,14 +545,11 @@ def test_pipeline_decodes_what_generate_produces(tokenizer, task, key):
 
 
 @pytest.mark.parametrize("family", ["bahdanau-classic", "transformer"])
-def test_translation_pipeline_from_a_folder_where_hf_seq_is_not_installed(tokenizer, tmp_path, family):
+def test_translation_pipeline_from_a_folder_where_hf_seq_is_not_installed(tokenizer, tmp_path, family, clean_python):
     """transformers 5 has no translation task: the saved folder brings its own pipeline (config.json's
-    `custom_pipelines`), which a fresh process without hf-seq builds with trust_remote_code=True. Here hf-seq
+    `custom_pipelines`), which an interpreter without hf-seq builds with trust_remote_code=True. Here hf-seq
     serves the same folder with its registered pipeline, no trust_remote_code needed."""
     import json
-    import os
-    import subprocess
-    import sys
     import textwrap
 
     from hf_seq import TransformerConfig, TransformerForConditionalGeneration
@@ -586,8 +583,7 @@ def test_translation_pipeline_from_a_folder_where_hf_seq_is_not_installed(tokeni
 
     script = textwrap.dedent(
         f"""
-        import json, sys
-        sys.modules["hf_seq"] = None  # any import of the package now fails
+        import json
         import transformers
         pipe = transformers.pipeline(
             "translation", model={str(tmp_path / "model")!r}, trust_remote_code=True, num_beams=2, max_new_tokens=6
@@ -597,13 +593,7 @@ def test_translation_pipeline_from_a_folder_where_hf_seq_is_not_installed(tokeni
         print(json.dumps(pipe({texts!r})))
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+    assert json.loads(clean_python.run(script).strip().splitlines()[-1]) == expected
 
 
 def test_seq2seq_trainer_trains_and_predicts_with_generate(tokenizer, tmp_path):
