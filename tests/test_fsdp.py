@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from hf_seq.errors import InvalidValueError
 from hf_seq.training import pretraining as training
 from hf_seq.training import sharding
-from tests.test_training import ROOT, _free_port, _train, _weights, kill_after_first_checkpoint
+from tests.test_training import ROOT, _free_port, _train, _weights, kill_after_first_checkpoint, train_here
 
 NO_DROPOUT = ["model.embedding_dropout=0.0", "model.hidden_dropout=0.0"]
 
@@ -50,7 +50,7 @@ def test_two_sharded_processes_train_like_one_and_save_one_model(tmp_path, famil
     steps = ["training.max_steps=4", "training.save_every=2", *NO_DROPOUT]
     if family_overrides:
         steps = ["training.max_steps=4", "training.save_every=2", *family_overrides]
-    finish(_train(tmp_path, tmp_path / "one", steps))
+    train_here(tmp_path, tmp_path / "one", steps)
     output = finish(_train(tmp_path, tmp_path / "two", steps, launcher=fsdp_launcher()))
     assert "FSDP2:" in output
 

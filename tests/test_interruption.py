@@ -11,7 +11,7 @@ import torch
 
 from hf_seq.training.pretraining import run
 from hf_seq.training.recipes import RecipeError, load_recipe
-from tests.test_training import HELD_OUT, TINY_GPT, _train, _weights
+from tests.test_training import HELD_OUT, TINY_GPT, _train, _weights, train_here
 
 
 def _recipe(out, *overrides):
@@ -22,9 +22,7 @@ def _recipe(out, *overrides):
 def whole(tmp_path_factory):
     """An uninterrupted run, the reference for every resumed one."""
     tmp = tmp_path_factory.mktemp("whole")
-    process = _train(tmp, tmp / "run", HELD_OUT)
-    output = process.communicate(timeout=600)[0]
-    assert process.returncode == 0, output
+    train_here(tmp, tmp / "run", HELD_OUT)
     return _weights(tmp / "run")
 
 
