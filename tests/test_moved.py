@@ -100,3 +100,13 @@ def test_a_folder_saved_by_0_1_0_loads_with_remote_code_where_hf_seq_is_not_inst
         """
     )
     assert "remote ok" in clean_python.run(script)
+
+
+def test_the_interpreter_of_the_remote_code_checks_cannot_import_hf_seq(clean_python):
+    """Every check that a folder loads without hf-seq runs in this interpreter (tests/clean_python.py): it must refuse
+    the package, and a script that raises must fail the test with its traceback."""
+    with pytest.raises(AssertionError, match="import of hf_seq halted"):
+        clean_python.run("import hf_seq")
+    with pytest.raises(AssertionError, match="ModuleNotFoundError"):
+        clean_python.run("from hf_seq.models import modeling_gpt")
+    assert clean_python.run("print('after a failure it still answers')") == "after a failure it still answers\n"
