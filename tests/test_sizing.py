@@ -96,7 +96,35 @@ def test_a_rung_keeps_the_sizes_nearest_its_leader_grown_to_the_end():
     tuned = [candidate(200000, 5.0, 4.3, candidate="a"), candidate(200000, 5.1, 4.1, candidate="b"),
              candidate(400000, math.inf, math.inf, candidate="c")]  # fmt: skip
     assert [c["candidate"] for c in sizing.rank(tuned, 62.0 * 4)[0]] == ["b", "a", "c"]
-    assert sizing.rank([candidate(1000, math.inf)], 600.0) == ([candidate(1000, math.inf)], None)
+    assert sizing.rank([candidate(1000, math.inf)], 600.0) == ([candidate(1000, math.inf, tokens_per_parameter=None)],
+                                                               None)  # fmt: skip
+
+
+def test_a_size_that_would_see_too_few_tokens_per_parameter_is_set_aside():
+    """GPT's first rung in the Austen hour on the slower machine (docs/lineage/prose/slower): 400k led, the aim grew it
+    to 1.2M, and 800k went on, to be beaten at the end by 400k (0.045 nats per token). At the rate each trained, by
+    the survivor's end (614 s) the 800k would have seen 2.6 effective tokens per non-embedding parameter: under the
+    floor, so 400k and 200k go on."""
+    corpus = 880256
+    rung = [candidate(799776, 5.5230, epochs=0.247), candidate(399884, 5.4835, epochs=0.316),
+            candidate(199938, 5.5352, epochs=0.419), candidate(100097, 5.5187, epochs=0.479)]  # fmt: skip
+    rung = [c | {"tokens": c["epochs"] * corpus} for c in rung]
+    ranked, aim = sizing.rank(rung, 614.0)
+    assert aim["leader"] == "399884" and aim["size"] > 799776  # the aim alone would keep 800k first
+    assert [c["candidate"] for c in ranked] == ["399884", "199938", "100097", "799776"]
+    per_parameter = {c["candidate"]: c["tokens_per_parameter"] for c in ranked}
+    rate = 0.247 * corpus / 62.0  # tokens a second; 614 s is 2.4 epochs, worth a little less than 2.4 fresh ones
+    assert per_parameter["799776"] == pytest.approx(rate * sizing.effective_clock(0.247 / 62.0)(614.0) / 799776)
+    assert per_parameter["799776"] < sizing.MIN_TOKENS_PER_PARAMETER < per_parameter["399884"]
+    # the faster machine's Mamba: its 408k would see 5.9 tokens per parameter, clears the floor and goes on first
+    fast = [candidate(408704, 5.2962, epochs=0.291), candidate(175232, 4.9228, epochs=0.535)]
+    fast = [c | {"tokens": c["epochs"] * corpus} for c in fast]
+    assert [c["candidate"] for c in sizing.rank(fast, 616.0)[0]] == ["408704", "175232"]
+    # when none clears the floor, the most tokens per parameter first: the smallest at the same rate
+    starved = [c | {"tokens": c["epochs"] * corpus / 10} for c in rung]
+    assert [c["candidate"] for c in sizing.rank(starved, 614.0)[0]] == ["100097", "199938", "399884", "799776"]
+    # a record without a token count (older runs) is ranked by the aim alone
+    assert sizing.rank([candidate(1000, 5.0)], 600.0)[0][0]["tokens_per_parameter"] is None
 
 
 def test_below_a_members_smallest_shape_it_goes_a_layer_shallower(tmp_path):
@@ -123,11 +151,19 @@ def test_sizes_auto_searches_inside_the_budget_and_the_survivor_continues(tmp_pa
     assert {c["judged_by"] for c in second["candidates"]} == {"branches"}
     assert all(c["earlier_branch"][0] < c["reached"] for c in second["candidates"])
     assert second["kept"] == [str(gpt["non_embedding_params"])] == [search["chosen"]]
-    # the kept are the candidates nearest the size aimed at: the rung's lowest branch loss, grown to the end
+    # the kept are the candidates nearest the size aimed at (the rung's lowest branch loss, grown to the end) of those
+    # that would see enough tokens per parameter by the end, the FLOPs budget's steps at the size's tokens a step
     leader = min(first["candidates"], key=lambda c: c["branch_loss"])
     assert first["aim"]["leader"] == leader["candidate"] and first["aim"]["growth"] > 1
-    distance = [abs(math.log(c["non_embedding_params"] / first["aim"]["size"])) for c in first["candidates"]]
-    assert distance == sorted(distance) and first["kept"] == [c["candidate"] for c in first["candidates"][:2]]
+    clear = [c for c in first["candidates"] if c["tokens_per_parameter"] >= sizing.MIN_TOKENS_PER_PARAMETER]
+    distance = [abs(math.log(c["non_embedding_params"] / first["aim"]["size"])) for c in clear]
+    assert len(clear) >= 2 and distance == sorted(distance) and first["candidates"][: len(clear)] == clear
+    assert first["kept"] == [c["candidate"] for c in first["candidates"][:2]]
+    end = sizing.survivor_share(len(first["candidates"])) * search["budget"]
+    for c in first["candidates"]:  # tokens per parameter: the rung's rate carried to the end, repeats worth less
+        fresh = sizing.effective_clock(c["epochs"] / c["reached"])(end)
+        assert c["tokens_per_parameter"] == pytest.approx(c["tokens"] / c["reached"] * fresh / c["non_embedding_params"])
+        assert fresh < end  # this tiny corpus is passed many times by the end
     # the survivor's run is the candidate's own, continued: its evaluations start inside the first rung
     total = search["budget"]
     assert gpt["curve"][0]["step"] <= sizing.RUNGS[0] * total

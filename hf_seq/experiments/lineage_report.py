@@ -58,26 +58,32 @@ def sizing_lines(result: dict) -> list[str]:
         "the compute the rung has spent. The survivor will train longer, and the compute-optimal size grows about as "
         f"the square root of compute (Hoffmann et al. 2022), so the size aimed at is the leader's times (survivor's "
         f"end / rung)^{sizing.GROWTH:g}, with the time past a first epoch counted at what repeated data is worth "
-        "(Muennighoff et al. 2023); the candidates nearest it in log-size went on. Each candidate's predicted loss "
+        "(Muennighoff et al. 2023); the candidates nearest it in log-size went on, of those that would see at least "
+        f"{sizing.MIN_TOKENS_PER_PARAMETER:g} effective tokens per non-embedding parameter by the survivor's end at "
+        "the rate they trained (a size under that floor is too large for the time this machine gives it). Each candidate's predicted loss "
         "at the survivor's end (its branch loss less the further drop carried on: at the first rung from its own "
         "stable curve, E + A t^-alpha, from the second from its two branches' slope in log-time) is shown, and "
         "decides between candidates of one size at several learning rates (--tune). The "
         f"survivor continued from its own checkpoint to {first['survivor_share']:.0%} of the budget, the rest having "
         "paid for the candidates and branches. Losses are validation nats per token.",
         "",
-        "| member | rung | at | candidate (non-embedding) | branch loss | drop carried to the end | judged | kept |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| member | rung | at | candidate (non-embedding) | branch loss | drop carried to the end | judged | "
+        "tokens / parameter by the end | kept |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in searched:
         for k, rung in enumerate(r["search"]["rungs"]):
             for c in rung["candidates"]:
                 kept = "yes" if c["candidate"] in rung["kept"] else ""
                 if c.get("diverged"):
-                    lines.append(f"| {r['title']} | {k + 1} | | {candidate_cell(c)} | diverged | | | |")
+                    lines.append(f"| {r['title']} | {k + 1} | | {candidate_cell(c)} | diverged | | | | |")
                     continue
+                per_parameter = c.get("tokens_per_parameter")
+                floor = f"{per_parameter:.1f}" if per_parameter is not None else ""
                 lines.append(
                     f"| {r['title']} | {k + 1} | {c['reached']:.0f} {short(rung['unit'])} | {candidate_cell(c)} | "
-                    f"{c['branch_loss']:.4f} | {c['predicted_drop']:.4f} | {c['predicted_loss']:.4f} | {kept} |"
+                    f"{c['branch_loss']:.4f} | {c['predicted_drop']:.4f} | {c['predicted_loss']:.4f} | {floor} | "
+                    f"{kept} |"
                 )
     lines += ["", *(why_chosen(r) for r in searched)]
     return lines + regret_lines(searched) + budget_lines(searched) + [""]
@@ -108,7 +114,8 @@ def why_chosen(record: dict) -> str:
         return (
             f"- {record['title']}: {candidate_cell(winner)} non-embedding parameters went on from the last rung, the "
             f"nearest to the size aimed at, {aim['size']:,.0f} (the rung's lowest branch loss, "
-            f"{leader['branch_loss']:.4f} at {candidate_cell(leader)}, grown {aim['growth']:.2f} times); {reached}"
+            f"{leader['branch_loss']:.4f} at {candidate_cell(leader)}, grown {aim['growth']:.2f} times)"
+            f"{under_floor(last, winner, aim)}; {reached}"
         )
     others = sorted((c for c in last["candidates"] if c is not winner), key=lambda c: c["predicted_loss"])
     against = f", against {others[0]['predicted_loss']:.4f} at {candidate_cell(others[0])}" if others else ""
@@ -116,6 +123,21 @@ def why_chosen(record: dict) -> str:
         f"- {record['title']}: {candidate_cell(winner)} non-embedding parameters won the last rung, judged "
         f"{winner['predicted_loss']:.4f}{against}; {reached}"
     )
+
+
+def under_floor(rung: dict, winner: dict, aim: dict) -> str:
+    """Where the floor of tokens per parameter set nearer candidates aside: which, and what each would have seen."""
+    nearer = abs(math.log(winner["non_embedding_params"] / aim["size"]))
+    floor = sizing.MIN_TOKENS_PER_PARAMETER
+    aside = [c for c in rung["candidates"] if (c.get("tokens_per_parameter") or math.inf) < floor
+             and abs(math.log(c["non_embedding_params"] / aim["size"])) < nearer]  # fmt: skip
+    if not aside:
+        return ""
+    sizes = " and ".join(candidate_cell(c) for c in aside)
+    seen = " and ".join(f"{c['tokens_per_parameter']:.1f}" for c in aside)
+    verb, it = ("was", "it") if len(aside) == 1 else ("were", "they")
+    return (f", once the nearer {sizes} {verb} set aside: {it} would see {seen} tokens per parameter by the end at "
+            f"the rate {it} trained, under the floor of {floor:g}")  # fmt: skip
 
 
 def regret_cell(record: dict, label: str) -> str:

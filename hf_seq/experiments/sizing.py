@@ -24,6 +24,18 @@ models", eq. 5) fit the effective data of U unique tokens seen 1 + R times as U 
 R* = 15.4. A leader that would read its corpus many times by the survivor's end has less effective compute ahead of
 it, and aims lower; a run inside its first epoch is unchanged.
 
+A floor under the aim: tokens per parameter. The aim's growth is a ratio of seconds, the same on every machine, and
+the rungs hold sizes a factor of two apart, so on a machine half as fast the same leader is grown to the same size,
+which then trains on half the tokens. Hoffmann et al. (2022) find the compute-optimal run sees about 20 tokens per
+parameter at every scale; a candidate that would see far fewer by the survivor's end is too large for the time this
+machine gives it, whatever its early lead. So a candidate whose effective tokens by the survivor's end (its own
+measured rate, repeated data counted as above) would be under MIN_TOKENS_PER_PARAMETER per non-embedding parameter is
+set aside, and the nearest to the aim of the others go on (when none clears the floor, the one with the most tokens
+per parameter). In the committed Austen runs (docs/lineage/prose and its slower/), the three sizes chosen on the
+slower machine would see 2.7 to 3.0 tokens per parameter by the end, and each lost to half its size, by 0.015 to
+0.092 nats per token; on the faster machine Mamba's 408k and the LSTM's 798k, at 6.0 and 5.7, were the best of their
+three (half, chosen, twice), and GPT's 800k, at 4.8, lost to its 400k by 0.020 to 0.031. The floor lies between.
+
 Why the aim, and not a prediction of each candidate's own end. The search first kept the lowest predicted loss at
 the survivor's end: each candidate's branch loss less the drop its stable curve, L(t) = E + A t^-alpha fitted to its
 periodic evaluations (Domhan et al. 2015 extrapolate learning curves the same way), or from the second rung its two
@@ -57,6 +69,7 @@ EVALUATIONS_PER_RUNG = 8  # periodic evaluations in a candidate's first rung: it
 SKIP_FRACTION = 0.25  # a curve's points before this share of its length are left out of the fit (the warm-up's)
 REPETITION = 15.4  # R*: repeated data's decay constant, in epochs (Muennighoff et al. 2023, fitted to their runs)
 GROWTH = 0.5  # the compute-optimal size grows as compute^GROWTH (Hoffmann et al. 2022: a = 0.46 to 0.50)
+MIN_TOKENS_PER_PARAMETER = 4.0  # the floor: effective tokens per non-embedding parameter by the survivor's end
 
 
 def effective_epochs(epochs: float) -> float:
@@ -146,15 +159,32 @@ def aim(judged: list[dict], end: float) -> dict | None:
     return {"leader": leader["candidate"], "growth": growth, "size": leader["non_embedding_params"] * growth}
 
 
+def tokens_per_parameter(candidate: dict, end: float) -> float | None:
+    """The effective tokens per non-embedding parameter `candidate` would see by `end` at the rate it has trained
+    (its `tokens` by `reached`), repeated data counted at its worth; None without a token count."""
+    tokens, at = candidate.get("tokens"), candidate.get("reached")
+    if not tokens or not at:
+        return None
+    epochs = candidate.get("epochs")
+    clock = effective_clock(epochs / at if epochs else None)
+    return tokens / at * clock(end) / candidate["non_embedding_params"]
+
+
 def rank(judged: list[dict], end: float) -> tuple[list[dict], dict | None]:
-    """(the candidates in the order they go on, the aim): nearest the aimed size in log-size first, and between
-    candidates as near (one size at several learning rates, with --tune) the lower predicted loss; the diverged last."""
+    """(the candidates in the order they go on, the aim): those that clear the floor of tokens per parameter nearest
+    the aimed size in log-size first, and between candidates as near (one size at several learning rates, with --tune)
+    the lower predicted loss; then those under the floor, the most tokens per parameter first; the diverged last.
+    Each candidate is returned with its `tokens_per_parameter` by `end`."""
     target = aim(judged, end)
+    judged = [j | {"tokens_per_parameter": tokens_per_parameter(j, end)} for j in judged]
 
     def order(j: dict) -> tuple:
         if target is None or not math.isfinite(j.get("branch_loss", math.inf)):
-            return (math.inf, j.get("predicted_loss", math.inf))
-        return (round(abs(math.log(j["non_embedding_params"] / target["size"])), 6), j["predicted_loss"])
+            return (2, math.inf, j.get("predicted_loss", math.inf))
+        per_parameter = j["tokens_per_parameter"]
+        if per_parameter is not None and per_parameter < MIN_TOKENS_PER_PARAMETER:
+            return (1, -per_parameter, j["predicted_loss"])
+        return (0, round(abs(math.log(j["non_embedding_params"] / target["size"])), 6), j["predicted_loss"])
 
     return sorted(judged, key=order), target
 

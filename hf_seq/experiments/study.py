@@ -660,7 +660,9 @@ class StudyRun:
         candidate.branch = (candidate.reached, loss)
         self.say(f"lineage: {row.name} {candidate.name}: branch {loss:.4f} at {candidate.reached:.0f} {unit}, "
                  f"predicted {judged['predicted_loss']:.4f} at {end:.0f}")  # fmt: skip
-        return about | {"reached": candidate.reached, "epochs": stable.get("epochs")} | judged
+        epochs = stable.get("epochs")
+        tokens = epochs * self.data.train_tokens if epochs else None
+        return about | {"reached": candidate.reached, "epochs": epochs, "tokens": tokens} | judged
 
     # ------------------------------------------------------------------------------------------ the regret
     def regret(self, records: list[dict]) -> None:
