@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hf_seq.experiments import lineage, sizing
+from hf_seq.experiments import lineage, lineage_report, sizing
 
 
 def test_the_survivor_trains_what_the_candidates_rungs_and_branches_leave():
@@ -253,3 +253,20 @@ def test_with_tune_the_search_tries_each_size_at_each_trials_settings(tmp_path):
     winner = gpt["search"]["rungs"][-1]["candidates"][0]  # nearest the aim; at one size, the lower predicted loss
     assert gpt["learning_rate"] == winner["learning_rate"] and gpt["search"]["chosen"] == winner["candidate"]
     assert "(lr " in (tmp_path / "lineage.md").read_text()
+
+
+def test_the_report_names_a_size_the_floor_set_aside():
+    """The last rung of GPT on the slower VM (docs/lineage/prose/slower), ranked with the floor: the report says why
+    400k went on where the aim was nearer 800k."""
+    rung = [candidate(799776, 5.0761, reached=155.0, epochs=0.640), candidate(399884, 5.0587, reached=155.0, epochs=0.805)]
+    rung = [c | {"tokens": c["epochs"] * 880256} for c in rung]
+    ranked, aim = sizing.rank(rung, 614.0)
+    record = {"title": "GPT", "final_eval_loss": 4.59, "seconds": 744.0,
+              "search": {"rungs": [{"candidates": ranked, "aim": aim}], "chosen": ranked[0]["candidate"]}}  # fmt: skip
+    line = lineage_report.why_chosen(record)
+    assert line.startswith("- GPT: 399,884 non-embedding parameters went on") and f"{aim['size']:,.0f}" in line
+    seen = next(c["tokens_per_parameter"] for c in ranked if c["candidate"] == "799776")
+    assert f"once the nearer 799,776 was set aside: it would see {seen:.1f} tokens per parameter" in line
+    ranked_alone, aim_alone = sizing.rank([rung[1]], 614.0)  # nothing set aside: no such clause
+    alone = {**record, "search": {"rungs": [{"candidates": ranked_alone, "aim": aim_alone}], "chosen": "399884"}}
+    assert "set aside" not in lineage_report.why_chosen(alone)
