@@ -129,8 +129,11 @@ def under_floor(rung: dict, winner: dict, aim: dict) -> str:
     """Where the floor of tokens per parameter set nearer candidates aside: which, and what each would have seen."""
     nearer = abs(math.log(winner["non_embedding_params"] / aim["size"]))
     floor = sizing.MIN_TOKENS_PER_PARAMETER
-    aside = [c for c in rung["candidates"] if (c.get("tokens_per_parameter") or math.inf) < floor
-             and abs(math.log(c["non_embedding_params"] / aim["size"])) < nearer]  # fmt: skip
+    aside = [
+        c for c in rung["candidates"]
+        if c.get("tokens_per_parameter") is not None and c["tokens_per_parameter"] < floor
+        and abs(math.log(c["non_embedding_params"] / aim["size"])) < nearer
+    ]  # fmt: skip
     if not aside:
         return ""
     sizes = " and ".join(candidate_cell(c) for c in aside)

@@ -601,6 +601,11 @@ class StudyRun:
             alive = [c for c in alive if c.name in kept]
             rungs.append({"at": rung * total, "unit": unit, "candidates": judged, "kept": kept, "aim": aim})
             aimed = f" (nearest {aim['size']:,.0f}: {aim['leader']} x {aim['growth']:.2f})" if aim else ""
+            starved = [j for j in judged if j["tokens_per_parameter"] is not None
+                       and j["tokens_per_parameter"] < sizing.MIN_TOKENS_PER_PARAMETER]  # fmt: skip
+            if starved:
+                aimed += (f"; under {sizing.MIN_TOKENS_PER_PARAMETER:g} tokens per parameter by the end: "
+                          + ", ".join(f"{j['candidate']} ({j['tokens_per_parameter']:.1f})" for j in starved))  # fmt: skip
             self.say(f"lineage: {row.name} rung {k + 1}: kept {', '.join(kept)}{aimed}")
         chosen = alive[0]
         if self.member_deadline is not None and self.options.seeds == 1:  # the survivor takes what the member has left
