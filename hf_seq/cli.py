@@ -576,6 +576,13 @@ def add_lineage_parser(commands) -> None:
         "survivor (after the study: not in its time); with SEEDS > 1, every size at that many seeds and the regret "
         "of the means",
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="with --regret: measure that many members side by side, each in a process of its own on --threads "
+        "threads (default 1: one after another)",
+    )
     p.add_argument("--tune", type=int, default=0, help="N trials per member (learning rate, dropout) on 1/4 budget")
     p.add_argument(
         "--sizes",

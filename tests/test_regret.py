@@ -99,3 +99,31 @@ def test_regret_is_refused_where_no_size_was_chosen(tmp_path):
 
     parse = lambda *extra: build_parser().parse_args(["lineage", *extra]).regret  # noqa: E731
     assert (parse(), parse("--regret"), parse("--regret", "3")) == (0, 1, 3)
+
+
+def test_regret_measures_members_side_by_side_in_processes_as_one_after_another(tmp_path, capfd):
+    """--jobs 2: two members' regret runs in two spawned processes give the very losses the same runs give one after
+    another in this one (a FLOPs budget: runs of fixed steps, so the same runs end alike wherever they train)."""
+    import shutil
+
+    args = dict(quick=True, members=("gpt", "lstm"), budget_flops=5e9, regret=True, threads=1)
+    alone = lineage.run(output_dir=tmp_path / "alone", progress=False, **args)
+    shutil.copytree(tmp_path / "alone", tmp_path / "side", ignore=shutil.ignore_patterns("regret"))
+    capfd.readouterr()
+    side = lineage.run(output_dir=tmp_path / "side", jobs=2, progress=True, **args)
+    out = capfd.readouterr().out
+    assert "holds this very study, finished: its records are reused" in out
+    assert "2 members' runs in 2 processes side by side, 1 thread each" in out
+    assert {p.name for p in (tmp_path / "side" / "regret").iterdir()} == {
+        f"{name}-{label}-seed0" for name in ("gpt", "lstm") for label in ("half", "chosen", "twice")}  # fmt: skip
+    for one, two in zip(alone["members"], side["members"], strict=True):
+        assert two["regret_sizes"] == one["regret_sizes"]
+        assert two["regret_losses"] == pytest.approx(one["regret_losses"], abs=1e-5)
+        assert two["regret"] == pytest.approx(one["regret"], abs=1e-5)
+
+
+def test_jobs_is_refused_without_regret_or_below_one(tmp_path):
+    with pytest.raises(ValueError, match="--jobs .* more than 1 only with --regret; got --jobs 2 without --regret"):
+        lineage.run(quick=True, output_dir=tmp_path, budget_seconds=5, jobs=2)
+    with pytest.raises(ValueError, match="a number >= 1.*got --jobs 0"):
+        lineage.run(quick=True, output_dir=tmp_path, budget_seconds=5, regret=True, jobs=0)

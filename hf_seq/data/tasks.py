@@ -374,6 +374,10 @@ class Task:
                 elif column == "tokens":
                     yield from (" ".join(words) for words in values)
 
+    def __reduce__(self):
+        """A task pickles as its name in the table (its functions need not: a study's runs in processes of their own)."""
+        return get_task, (self.name,)
+
     def count_predicted(self, batch: dict) -> int:
         """The values the loss averages over: labels not -100 (shifted for causal LMs); for a series, the observed
         future values."""

@@ -23,6 +23,7 @@ A study's hooks, each a method of its `Study` subclass:
 - `describe(data, s, records)` and `report(result, data, output_dir, title)`: lineage.json's fields and lineage.md.
 """
 
+import copy
 import dataclasses
 import importlib
 import json
@@ -122,6 +123,7 @@ class Options:
     budget_flops: float | None = None
     study_seconds: float | None = None  # the whole study's seconds, shared by its members (data and n-gram included)
     regret: int = 0  # N: also train each searched member at half, 1 and 2 times its chosen size, N seeds: the regret
+    jobs: int = 1  # --regret's members measured side by side in this many processes
     members: tuple | None = None  # None: every member
     sizes: list | str | None = None  # "auto": chosen by the budget (the default under seconds or FLOPs); None: target
     seeds: int = 1
@@ -387,13 +389,13 @@ class Study:
         s = self.settings_for(options.quick, options.set)
         members = tuple(options.members or self.members)
         given, sizes = check_arguments(members, self.members, options.budgets, options.seeds, options.tune,
-                                       options.sizes, s.target, self.name, int(options.regret))  # fmt: skip
+                                       options.sizes, s.target, self.name, int(options.regret), options.jobs)  # fmt: skip
         if options.study_seconds:  # a first guess of a member's seconds (for dropout); each is allotted as it starts
             given = {"seconds": options.study_seconds / max(1, sum(self.row(m).family is not None for m in members))}
         output_dir = Path(options.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        say = print if options.progress else (lambda *a, **k: None)
+        say = print if options.progress else silent
         data = self.prepare(s, options, output_dir)
         if "tokens" in given:
             s.budget_tokens = given["tokens"]
@@ -513,6 +515,10 @@ def member_data(shared, cap: int | None):
         eval_set, rows = eval_set.select(range(cap)), rows.select(range(cap)) if rows is not None else None
     notes["eval_examples"] = len(eval_set)
     return dataclasses.replace(shared, held_out={"eval": eval_set}, held_out_rows={"eval": rows}, notes=notes)
+
+
+def silent(*args, **kwargs) -> None:
+    """A study's `say` without --progress (a function, not a lambda: a study run is pickled for --jobs)."""
 
 
 class StudyRun:
@@ -677,38 +683,21 @@ class StudyRun:
         alike. The searched run's own loss less the chosen size's from the start, at its seed, is what the search
         cost its survivor (`search_cost`). The three sizes of a seed train interleaved, in REGRET_SLICES slices of
         their time in turn (each slice continues its run from its checkpoint), so a machine whose speed drifts
-        within the hour slows the three alike."""
-        for record in records:
-            if "search" not in record:
-                continue
-            row, chosen = self.study.row(record["name"]), record["non_embedding_params"]
-            unit = record["search"]["unit"]
-            trained = record["seconds"] if unit == "seconds" else record["steps"]
-            seeds = [record["seed"] + self.options.seeds * k for k in range(int(self.options.regret))]
-            plans = {}
-            for label, scale in (("half", 0.5), ("chosen", 1.0), ("twice", 2.0)):
-                plan = self.plan(row, round(chosen * scale))
-                record.setdefault("regret_sizes", {})[label] = plan.non_embedding
-                if label != "chosen" and plan.non_embedding == chosen:  # no smaller (larger) shape: the chosen's
-                    self.say(f"lineage: regret: {row.name} has no shape at {scale:g}x its chosen size; not trained")
-                    continue
-                plans[label] = plan
-            if plans["chosen"].non_embedding != chosen:
-                self.say(f"lineage: regret: warning: {row.name}'s chosen size trained again has "
-                         f"{plans['chosen'].non_embedding:,} non-embedding parameters, the searched run {chosen:,}")
-            settings = {"learning_rate": record["learning_rate"], "dropout": record["dropout"]}
-            measured = {label: [] for label in plans}
-            for k, seed in enumerate(seeds):
-                self.say(f"lineage: regret: {row.name} at {', '.join(f'{p.non_embedding:,}' for p in plans.values())}"
-                         f" for {trained:.0f} {unit}, seed {seed}, interleaved")  # fmt: skip
-                for label, loss in self.interleaved(row, plans, settings, seed, trained, unit, turn=k).items():
-                    measured[label].append(loss)
+        within the hour slows the three alike. With --jobs N, N members are measured side by side, each in a
+        process of its own (a member's three sizes stay together, taking turns)."""
+        work = {}
+        for index, record in enumerate(records):
+            if "search" in record:
+                work[index] = self.regret_work(record)
+        for index, measured in self.side_by_side(work).items():
+            record = records[index]
             for label in ("half", "twice"):
                 measured.setdefault(label, measured["chosen"])
             losses = {label: sum(values) / len(values) for label, values in measured.items()}
             record["regret_losses"] = {label: losses[label] for label in ("chosen", "half", "twice")}
             for key in ("regret_seeds", "regret_seed_losses"):  # an earlier --regret N's, measured again
                 record.pop(key, None)
+            seeds = work[index][3]
             if len(seeds) > 1:
                 record["regret_seeds"] = seeds
                 record["regret_seed_losses"] = {label: measured[label] for label in ("chosen", "half", "twice")}
@@ -716,6 +705,57 @@ class StudyRun:
             record["searched_loss"] = lowest_loss(record)
             fresh = measured["chosen"][0]
             record["search_cost"] = record["searched_loss"] - fresh if math.isfinite(fresh) else None
+
+    def regret_work(self, record: dict) -> tuple:
+        """(member, {label: plan}, settings, seeds, trained, unit): what `measure` trains for one searched record; a
+        size with no shape of its own (half or twice lands on the chosen shape) is named and left out."""
+        row, chosen = self.study.row(record["name"]), record["non_embedding_params"]
+        unit = record["search"]["unit"]
+        trained = record["seconds"] if unit == "seconds" else record["steps"]
+        seeds = [record["seed"] + self.options.seeds * k for k in range(int(self.options.regret))]
+        plans = {}
+        for label, scale in (("half", 0.5), ("chosen", 1.0), ("twice", 2.0)):
+            plan = self.plan(row, round(chosen * scale))
+            record.setdefault("regret_sizes", {})[label] = plan.non_embedding
+            if label != "chosen" and plan.non_embedding == chosen:  # no smaller (larger) shape: the chosen's
+                self.say(f"lineage: regret: {row.name} has no shape at {scale:g}x its chosen size; not trained")
+                continue
+            plans[label] = plan
+        if plans["chosen"].non_embedding != chosen:
+            self.say(f"lineage: regret: warning: {row.name}'s chosen size trained again has "
+                     f"{plans['chosen'].non_embedding:,} non-embedding parameters, the searched run {chosen:,}")
+        settings = {"learning_rate": record["learning_rate"], "dropout": record["dropout"]}
+        return row.name, plans, settings, seeds, trained, unit
+
+    def measure(self, name: str, plans: dict, settings: dict, seeds: list, trained: float, unit: str) -> dict:
+        """{label: [lowest validation loss at each seed]}: one member's regret runs, its sizes interleaved."""
+        row, measured = self.study.row(name), {label: [] for label in plans}
+        for k, seed in enumerate(seeds):
+            self.say(f"lineage: regret: {name} at {', '.join(f'{p.non_embedding:,}' for p in plans.values())}"
+                     f" for {trained:.0f} {unit}, seed {seed}, interleaved")  # fmt: skip
+            for label, loss in self.interleaved(row, plans, settings, seed, trained, unit, turn=k).items():
+                measured[label].append(loss)
+        return measured
+
+    def side_by_side(self, work: dict) -> dict:
+        """{key: measure(*work[key])}, in --jobs processes at once (spawned, each on --threads threads, else its
+        share of the cores, with no progress bars: their lines would interleave), else one after another here."""
+        jobs = min(self.options.jobs, len(work))
+        if jobs <= 1:
+            return {key: self.measure(*arguments) for key, arguments in work.items()}
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = self.options.threads or max(1, cores // jobs)
+        worker = copy.copy(self)
+        worker.options = dataclasses.replace(self.options, threads=threads, progress=False)
+        worker.say = print
+        self.say(f"lineage: regret: {len(work)} members' runs in {jobs} processes side by side, {threads} thread"
+                 f"{'s' * (threads > 1)} each")  # fmt: skip
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {key: pool.submit(worker.measure, *arguments) for key, arguments in work.items()}
+            return {key: future.result() for key, future in futures.items()}
 
     def interleaved(self, row: Member, plans: dict, settings: dict, seed: int, trained: float, unit: str,
                     turn: int = 0) -> dict:  # fmt: skip
@@ -936,7 +976,7 @@ def matched_size_of(row: Member, s, vocab_size: int, auto_class: str, target: in
 
 # ---------------------------------------------------------------------------------------------- arguments
 def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, sizes, target: int, task: str,
-                    regret: int = 0) -> list:  # fmt: skip
+                    regret: int = 0, jobs: int = 1) -> list:  # fmt: skip
     """The budget actually given ({kind: value}: at most one of tokens, seconds, flops) and the sizes; refuses
     anything else with a message that names the option, the value and what is allowed."""
     given = {k: v for k, v in budgets.items() if v is not None}  # 0 is refused below, not ignored
@@ -958,6 +998,10 @@ def check_arguments(members, allowed, budgets: dict, seeds: int, tune: int, size
         raise InvalidValueError(f"lineage: --seeds must be >= 1 and --tune >= 0, got {seeds} and {tune}")
     if regret < 0:
         raise InvalidValueError(f"lineage: --regret takes a number of seeds >= 1 (or nothing: 1), got {regret}")
+    if jobs < 1 or (jobs > 1 and not regret):
+        raise InvalidValueError(f"lineage: --jobs is the number of processes that measure --regret side by side: a "
+                                f"number >= 1, and more than 1 only with --regret; got --jobs {jobs}"
+                                f"{'' if regret else ' without --regret'}")  # fmt: skip
     timed = bool({"seconds", "flops", "study"} & given.keys())
     auto = sizes == AUTO or (sizes is None and timed)
     if regret and not auto:
