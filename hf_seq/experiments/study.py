@@ -746,11 +746,11 @@ class StudyRun:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = self.options.threads or max(1, cores // jobs)
-        worker = copy.copy(self)
+        from hf_seq.training.runs import usable_cores
+
+        threads = self.options.threads or max(1, usable_cores() // jobs)
+        worker = copy.copy(self)  # its lines (`say`) as the study's; no progress bars
         worker.options = dataclasses.replace(self.options, threads=threads, progress=False)
-        worker.say = print
         self.say(f"lineage: regret: {len(work)} members' runs in {jobs} processes side by side, {threads} thread"
                  f"{'s' * (threads > 1)} each")  # fmt: skip
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:

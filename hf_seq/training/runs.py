@@ -231,8 +231,13 @@ def choose_threads(requested: int | None = None) -> int:
     machine fewer threads are faster, and a busy machine slows a run in proportion instead of by 20x."""
     if requested:
         return requested
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     return max(1, min(cores, round(cores - busy_cores())))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system has one, else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def busy_cores(seconds: float = 0.3) -> float:
@@ -364,4 +369,5 @@ __all__ = [
     "finished_run",
     "open_run",
     "plot_loss_curve",
+    "usable_cores",
 ]
